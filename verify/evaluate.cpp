@@ -1,0 +1,110 @@
+#include "verify/evaluate.hpp"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "reference/recurrent.hpp"
+
+namespace qed::verify {
+
+using namespace qed::reference;
+
+std::vector<std::string> grad_names(Variant v, Arm a) {
+  const Layout l = layout_of(v, a);
+  std::vector<std::string> names = {"dq", "dk", "dv"};
+  if (l.channel_g || l.scalar_g) names.push_back("dg");
+  if (l.has_bw) {
+    names.push_back("db");
+    names.push_back("dw");
+  }
+  if (l.has_beta) names.push_back("dbeta");
+  if (l.has_lambda) names.push_back("dlambda");
+  if (l.has_r) names.push_back("dr");
+  names.push_back("dh0");
+  return names;
+}
+
+std::vector<std::string> result_names(const fixtures::Case& c) {
+  std::vector<std::string> names = {"outputs/o", "outputs/ht"};
+  if (c.cotangents)
+    for (auto& g : grad_names(c.inputs.variant, c.inputs.arm)) names.push_back("grads/" + g);
+  return names;
+}
+
+namespace {
+
+template <class S>
+const std::vector<S>& grad_field(const Grads<S>& g, const std::string& name) {
+  if (name == "dq") return g.dq;
+  if (name == "dk") return g.dk;
+  if (name == "dv") return g.dv;
+  if (name == "dg") return g.dg;
+  if (name == "db") return g.db;
+  if (name == "dw") return g.dw;
+  if (name == "dbeta") return g.dbeta;
+  if (name == "dlambda") return g.dlambda;
+  if (name == "dr") return g.dr;
+  return g.dh0;
+}
+
+}  // namespace
+
+Compute recurrent_compute(const fixtures::Case& c, int threads) {
+  return [&c, threads](const Precision& p) -> Named {
+    return with_scalar(p, [&]<class S>() {
+      Inputs<S> in = convert_inputs<S>(c.inputs);
+      Named out;
+      Outputs<S> o = recurrent_forward(in, threads);
+      out.emplace_back("outputs/o", to_mpfr_vec(o.o));
+      out.emplace_back("outputs/ht", to_mpfr_vec(o.ht));
+      if (c.cotangents) {
+        Grads<S> g = recurrent_backward(in, convert_cotangents<S>(*c.cotangents), threads);
+        for (auto& name : grad_names(c.inputs.variant, c.inputs.arm))
+          out.emplace_back("grads/" + name, to_mpfr_vec(grad_field(g, name)));
+      }
+      return out;
+    });
+  };
+}
+
+void store_results(const OracleReport& rep, fixtures::Case& c) {
+  for (const auto& d : rep.datasets) {
+    const bool is_output = d.name.rfind("outputs/", 0) == 0;
+    const std::string key = d.name.substr(d.name.find('/') + 1);
+    fixtures::Dataset ds;
+    ds.data = d.hi;
+    if (rep.precision.bits > 53) ds.lo = d.lo;
+    ds.digits = d.digits;
+    if (is_output) {
+      c.outputs[key] = std::move(ds);
+    } else {
+      c.grads[key] = std::move(ds);
+    }
+  }
+}
+
+std::string PrecisionChoice::text() const {
+  if (!automatic) return fixed.name();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "auto:%g", target_digits);
+  return buf;
+}
+
+PrecisionChoice parse_precision_choice(const std::string& s) {
+  PrecisionChoice pc;
+  if (s.rfind("auto:", 0) == 0) {
+    const std::string num = s.substr(5);
+    char* end = nullptr;
+    double d = std::strtod(num.c_str(), &end);
+    if (num.empty() || *end != '\0' || !(d >= 1 && d <= 1000))
+      throw qed::Error("precision '" + s + "': auto:DIGITS needs DIGITS in [1, 1000]");
+    pc.automatic = true;
+    pc.target_digits = d;
+    return pc;
+  }
+  pc.automatic = false;
+  pc.fixed = parse_precision(s);
+  return pc;
+}
+
+}  // namespace qed::verify

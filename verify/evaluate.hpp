@@ -1,0 +1,39 @@
+// Runs the recurrent reference on a case at any precision and names its results the way case
+// files do (/outputs/o, /outputs/ht, /grads/d*). This is the bridge between the oracle, which
+// knows nothing of files, and every verb that reads or writes cases.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fixtures/case.hpp"
+#include "reference/oracle.hpp"
+#include "reference/scalar.hpp"
+
+namespace qed::verify {
+
+// Gradient dataset names (without the group) that a variant/arm carries, in CASE_FORMAT order.
+std::vector<std::string> grad_names(reference::Variant v, reference::Arm a);
+
+// "o", "ht" and, when the case has cotangents, "grads/dq", ... ; results are prefixed with
+// "outputs/" or "grads/" so both groups travel in one list.
+std::vector<std::string> result_names(const fixtures::Case& c);
+
+// A Compute for the oracle: forward (and backward when the case has cotangents) of the
+// recurrent reference at the requested precision, with the case's inputs converted exactly.
+reference::Compute recurrent_compute(const fixtures::Case& c, int threads = 0);
+
+// Stores certified results (values, low parts when beyond double, digits) into c.outputs and
+// c.grads, replacing what was there.
+void store_results(const reference::OracleReport& rep, fixtures::Case& c);
+
+// Parsed --precision: a fixed precision, or auto with a digit target.
+struct PrecisionChoice {
+  bool automatic = true;
+  double target_digits = 30;
+  reference::Precision fixed;
+  std::string text() const;
+};
+PrecisionChoice parse_precision_choice(const std::string& s);
+
+}  // namespace qed::verify
