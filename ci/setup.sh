@@ -8,7 +8,7 @@ PKGS=(
   libeigen3-dev libboost-dev libmpfr-dev libgmp-dev libhdf5-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
-  python3 python3-numpy python3-h5py python3-matplotlib
+  python3 python3-numpy python3-h5py python3-matplotlib python3-mpmath
 )
 
 missing=()

@@ -23,12 +23,7 @@ struct ReferenceOptions {
 };
 
 std::string shape_text(const fixtures::Case& c, const std::string& name) {
-  const auto& d = c.inputs.dims;
-  const int64_t N = c.inputs.num_sequences();
-  if (name == "outputs/o") return fmt::format("[{},{},{},{}]", d.B, d.T, d.H, d.V);
-  if (name == "outputs/ht" || name == "grads/dh0") return fmt::format("[{},{},{},{}]", N, d.H, d.K, d.V);
-  auto shape = fixtures::input_shape(c.inputs, name.substr(7));
-  return fmt::format("[{}]", fmt::join(shape, ","));
+  return fmt::format("[{}]", fmt::join(verify::result_shape(c, name), ","));
 }
 
 int run_reference(const ReferenceOptions& opt) {

@@ -67,11 +67,21 @@ Compute recurrent_compute(const fixtures::Case& c, int threads) {
   };
 }
 
+std::vector<int64_t> result_shape(const fixtures::Case& c, const std::string& name) {
+  const auto& d = c.inputs.dims;
+  const int64_t N = c.inputs.num_sequences();
+  if (name == "outputs/o") return {d.B, d.T, d.H, d.V};
+  if (name == "outputs/ht" || name == "grads/dh0") return {N, d.H, d.K, d.V};
+  if (name.rfind("grads/d", 0) == 0) return fixtures::input_shape(c.inputs, name.substr(7));
+  throw qed::Error("unknown result dataset '" + name + "'");
+}
+
 void store_results(const OracleReport& rep, fixtures::Case& c) {
   for (const auto& d : rep.datasets) {
     const bool is_output = d.name.rfind("outputs/", 0) == 0;
     const std::string key = d.name.substr(d.name.find('/') + 1);
     fixtures::Dataset ds;
+    ds.shape = result_shape(c, d.name);
     ds.data = d.hi;
     if (rep.precision.bits > 53) ds.lo = d.lo;
     ds.digits = d.digits;

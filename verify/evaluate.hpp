@@ -23,6 +23,9 @@ std::vector<std::string> result_names(const fixtures::Case& c);
 // recurrent reference at the requested precision, with the case's inputs converted exactly.
 reference::Compute recurrent_compute(const fixtures::Case& c, int threads = 0);
 
+// Shape of a result dataset ("outputs/o", "outputs/ht", "grads/dq", ...) for a case.
+std::vector<int64_t> result_shape(const fixtures::Case& c, const std::string& name);
+
 // Stores certified results (values, low parts when beyond double, digits) into c.outputs and
 // c.grads, replacing what was there.
 void store_results(const reference::OracleReport& rep, fixtures::Case& c);

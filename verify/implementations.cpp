@@ -17,6 +17,7 @@ namespace {
 void store_named(const Named& named, int bits, fixtures::Case& out) {
   for (const auto& [name, values] : named) {
     fixtures::Dataset ds;
+    ds.shape = result_shape(out, name);
     ds.data.resize(values.size());
     if (bits > 53) ds.lo.resize(values.size());
     for (size_t i = 0; i < values.size(); ++i) {
