@@ -31,23 +31,6 @@ std::vector<std::string> result_names(const fixtures::Case& c) {
   return names;
 }
 
-namespace {
-
-template <class S>
-const std::vector<S>& grad_field(const Grads<S>& g, const std::string& name) {
-  if (name == "dq") return g.dq;
-  if (name == "dk") return g.dk;
-  if (name == "dv") return g.dv;
-  if (name == "dg") return g.dg;
-  if (name == "db") return g.db;
-  if (name == "dw") return g.dw;
-  if (name == "dbeta") return g.dbeta;
-  if (name == "dlambda") return g.dlambda;
-  if (name == "dr") return g.dr;
-  return g.dh0;
-}
-
-}  // namespace
 
 Compute recurrent_compute(const fixtures::Case& c, int threads) {
   return [&c, threads](const Precision& p) -> Named {

@@ -19,6 +19,22 @@ std::vector<std::string> grad_names(reference::Variant v, reference::Arm a);
 // "outputs/" or "grads/" so both groups travel in one list.
 std::vector<std::string> result_names(const fixtures::Case& c);
 
+// The gradient tensor of a Grads struct by its case-file name ("dq", "dh0", ...).
+template <class S>
+const std::vector<S>& grad_field(const reference::Grads<S>& g, const std::string& name) {
+  if (name == "dq") return g.dq;
+  if (name == "dk") return g.dk;
+  if (name == "dv") return g.dv;
+  if (name == "dg") return g.dg;
+  if (name == "db") return g.db;
+  if (name == "dw") return g.dw;
+  if (name == "dbeta") return g.dbeta;
+  if (name == "dlambda") return g.dlambda;
+  if (name == "dr") return g.dr;
+  if (name == "dh0") return g.dh0;
+  throw qed::Error("unknown gradient dataset '" + name + "'");
+}
+
 // A Compute for the oracle: forward (and backward when the case has cotangents) of the
 // recurrent reference at the requested precision, with the case's inputs converted exactly.
 reference::Compute recurrent_compute(const fixtures::Case& c, int threads = 0);

@@ -1,5 +1,6 @@
 #include "verify/implementations.hpp"
 
+#include "reference/chunked.hpp"
 #include "reference/recurrent.hpp"
 #include "verify/evaluate.hpp"
 
@@ -8,7 +9,7 @@ namespace qed::verify {
 using namespace qed::reference;
 
 std::vector<std::string> implementation_names() {
-  std::vector<std::string> names = {"reference-recurrent"};
+  std::vector<std::string> names = {"reference-recurrent", "reference-chunked"};
   return names;
 }
 
@@ -40,6 +41,29 @@ fixtures::Case run_implementation(const fixtures::Case& c, const RunOptions& opt
     set_mpfr_bits(opt.precision.bits + 64);
     store_named(named, opt.precision.bits, out);
     out.producer = "qedcheck reference-recurrent " + opt.precision.name();
+    return out;
+  }
+  if (opt.impl == "reference-chunked") {
+    ChunkOptions co;
+    co.chunk = opt.chunk;
+    co.operands = parse_operands(opt.operands);
+    Named named = with_scalar(opt.precision, [&]<class S>() {
+      Inputs<S> in = convert_inputs<S>(c.inputs);
+      Named n;
+      Outputs<S> o = chunked_forward<S>(in, co, nullptr, opt.threads);
+      n.emplace_back("outputs/o", to_mpfr_vec(o.o));
+      n.emplace_back("outputs/ht", to_mpfr_vec(o.ht));
+      if (c.cotangents) {
+        Grads<S> g = chunked_backward(in, convert_cotangents<S>(*c.cotangents), co, opt.threads);
+        for (auto& name : grad_names(c.inputs.variant, c.inputs.arm))
+          n.emplace_back("grads/" + name, to_mpfr_vec(grad_field(g, name)));
+      }
+      return n;
+    });
+    set_mpfr_bits(opt.precision.bits + 64);
+    store_named(named, opt.precision.bits, out);
+    out.producer = "qedcheck reference-chunked C=" + std::to_string(opt.chunk) + " operands=" +
+                   opt.operands + " " + opt.precision.name();
     return out;
   }
   std::string known;
