@@ -117,6 +117,9 @@ struct GradOutputs {
 Status validate_problem(const char* fn, const Problem& p);
 Status validate_inputs(const char* fn, const Problem& p, const Inputs& in);
 Status validate_grads(const char* fn, const Problem& p, const GradOutputs& gr);
+Status validate_output(const char* fn, const char* name, const Problem& p, const SeqTensorOut& t);
+Status validate_state(const char* fn, const char* name, const StateTensor& s);
+Status validate_state(const char* fn, const char* name, const StateTensorOut& s);
 
 // Whether a CUDA device can be used; the message says why not.
 Status device_status();

@@ -1,0 +1,42 @@
+// Host API of the chunked (WY / UT transform, MATH.md §4) CUDA forward: one parameter struct
+// over the shared kernels/api.hpp descriptors, a workspace query and the forward itself.
+// Chunk size 64; K, V in {64, 128}; bf16 or fp32 inputs (q, k, v, b, w, beta of one dtype).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/api.hpp"
+
+namespace qed::kernels {
+
+// Forward of every variant and QED arm. o [B,T,H,V] (bf16 or fp32) is required; ht [N,H,K,V]
+// is optional. chunk_states, when given, receives the state before every chunk as fp32
+// [total_chunks, H, K, V] with total_chunks = sum_n ceil(len_n / 64), sequence 0's chunks first
+// (the layout of reference::chunked_forward's chunk_states); its stride_n is per chunk.
+//
+// Arithmetic. bf16 inputs: tensor-core products of bf16 operands with fp32 accumulation; every
+// product that feeds the state (T, W_a, W_z, W_a S, K̂ᵀU) splits both operands into a bf16 high
+// and low part and sums three products (about 16 significant bits), the state stays fp32; the
+// read-out products (Q̃ S, M U) use one bf16 term for Q̃ and M. fp32 inputs: every operand is
+// split into three bf16 parts and six products are summed, which reproduces fp32 arithmetic
+// (no TF32 anywhere). Decay factors are exp2 of pairwise differences of in-chunk cumulative
+// sums referenced so that no exponent is positive off the 16x16 diagonal blocks, and inside them
+// at most 2^64 (channels with a larger in-block decay take an element-wise path): no overflow or
+// NaN for any g <= 0, and g = 0 gives alpha = 1 exactly.
+struct ChunkedForwardParams {
+  Problem problem;
+  Inputs in;
+  SeqTensorOut o;
+  StateTensorOut ht;            // optional
+  StateTensorOut chunk_states;  // optional, see above
+  // Scratch of chunked_forward_workspace() bytes; nullptr: allocated and freed on the stream.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Bytes of workspace the call needs (depends on shapes, dtype and sequence count only).
+Status chunked_forward_workspace(const ChunkedForwardParams& p, size_t* bytes);
+Status chunked_forward(const ChunkedForwardParams& p);
+
+}  // namespace qed::kernels

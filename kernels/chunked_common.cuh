@@ -1,0 +1,169 @@
+// Device pieces shared by the two chunked-forward kernels: launch arguments, the split-bf16
+// tensor-core product (mma.sync m16n8k16, fp32 accumulation), and the workspace layout through
+// which the chunk-parallel pass (chunked_prep.cu) hands its matrices to the sequential state
+// pass (chunked_state.cu) in the exact register-fragment order the latter consumes.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qed::kernels::chunked {
+
+constexpr int kC = 64;       // chunk size
+constexpr int kThreads = 128;  // both kernels: 4 warps
+constexpr float kLog2e = 1.4426950408889634f;
+// Largest in-block exponent (base 2) that the factored diagonal-block product may use; a channel
+// whose decay over one 16-row block exceeds it takes the element-wise path (MATH.md §4.6).
+constexpr float kMaxDiagExp2 = 64.f;
+
+enum : int { kGdn2 = 0, kQed = 1, kKda = 2, kGdn = 3, kDeltanet = 4 };
+enum : int { kArmNone = 0, kArmFull = 1, kArmNogate = 2, kArmNoproj = 3, kArmRand = 4 };
+
+struct Seq {
+  const void* p = nullptr;
+  int64_t sb = 0, st = 0, sh = 0;
+  int dt = 0;  // DType: 0 fp32, 1 bf16
+};
+
+struct Args {
+  int variant = 0, arm = 0;
+  int64_t B = 0, T = 0, H = 0, K = 0, V = 0, N = 0;
+  float scale = 1.f;
+  const int64_t* cu = nullptr;          // device [N+1] or null
+  const int64_t* chunk_base = nullptr;  // device [N+1] (varlen) or null
+  int64_t chunks_per_seq = 0;           // without cu
+  int64_t chunk_bound = 0;              // workspace blobs per head
+  Seq q, k, v, g, b, w, beta;
+  const float* lambda = nullptr;
+  const float* r = nullptr;
+  const float* h0 = nullptr;
+  int64_t h0_sn = 0, h0_sh = 0, h0_sk = 0;
+  void* o = nullptr;
+  int64_t o_sb = 0, o_st = 0, o_sh = 0;
+  int o_dt = 0;
+  float* ht = nullptr;
+  int64_t ht_sn = 0, ht_sh = 0, ht_sk = 0;
+  float* cs = nullptr;  // chunk states
+  int64_t cs_sn = 0, cs_sh = 0, cs_sk = 0;
+  char* ws = nullptr;
+  int64_t blob = 0;  // bytes per (chunk, head)
+  int vec = 0;       // q, k, b rows may be read in 16-byte pieces
+};
+
+// ---- sequences and chunks ----
+
+struct Span {
+  int64_t brow, bos, len;
+};
+
+__device__ __forceinline__ Span seq_span(const Args& A, int64_t n) {
+  if (!A.cu) return {n, 0, A.T};
+  int64_t s = A.cu[n], e = A.cu[n + 1];
+  s = s < 0 ? 0 : (s > A.T ? A.T : s);
+  e = e < s ? s : (e > A.T ? A.T : e);
+  return {0, s, e - s};
+}
+
+__device__ __forceinline__ int64_t first_chunk(const Args& A, int64_t n) {
+  return A.cu ? A.chunk_base[n] : n * A.chunks_per_seq;
+}
+
+__device__ __forceinline__ char* blob_ptr(const Args& A, int64_t chunk, int64_t h) {
+  return A.ws + (chunk * A.H + h) * A.blob;
+}
+
+// ---- element access ----
+
+__device__ __forceinline__ float ld_any(const void* p, int64_t i, int dt) {
+  if (dt == 0) return static_cast<const float*>(p)[i];
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// ---- split bf16 operands ----
+// x = t0 + t1 + ... (each term bf16, round-to-nearest); N = 2 keeps about 16 significant bits,
+// N = 3 all 24 of fp32. A pair (x, y) packs into one 32-bit register per term, x in the low half
+// (the lower column or row index of an mma fragment).
+template <int N>
+__device__ __forceinline__ void split2(float x, float y, uint32_t* out) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    out[i] = *reinterpret_cast<uint32_t*>(&h);
+    if (i + 1 < N) {
+      x -= __low2float(h);
+      y -= __high2float(h);
+    }
+  }
+}
+
+__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, const uint32_t* b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += A B with A given as NA split terms (a[i*4 .. i*4+3]) and B as NB terms (b[j*2 ..]):
+// the products t_i t'_j with i + j < max(NA, NB), smallest first.
+template <int NA, int NB>
+__device__ __forceinline__ void mma_split(float* d, const uint32_t* a, const uint32_t* b) {
+  constexpr int NM = NA > NB ? NA : NB;
+#pragma unroll
+  for (int s = NM - 1; s >= 0; --s) {
+#pragma unroll
+    for (int i = 0; i < NA; ++i) {
+      const int j = s - i;
+      if (j >= 0 && j < NB) mma16816(d, a + 4 * i, b + 2 * j);
+    }
+  }
+}
+
+// ---- cp.async ----
+
+__device__ __forceinline__ void cp16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+// One warp copies `bytes` (a multiple of 16) from global to shared memory.
+__device__ __forceinline__ void warp_copy(void* dst, const void* src, int bytes, int lane) {
+  for (int i = lane; i < bytes / 16; i += 32)
+    cp16(static_cast<char*>(dst) + 16 * i, static_cast<const char*>(src) + 16 * i);
+}
+
+// ---- workspace layout of one (chunk, head) blob ----
+// Fragment coordinates: lane = 4g + t (g = lane/4, t = lane%4). A "slot" is one lane's part of
+// one fragment: NT (or NTQ) split terms x 2 registers (B fragments), or 4 fp32 (accumulators).
+//  WA  B-fragments of -W_aᵀ (k: channel block kb, n: chunk rows 16w+8nt..): [w][kb][nt][lane]
+//  QT  B-fragments of Q̃ᵀ, same indexing, NTQ terms
+//  KH  B-fragments of K̂ (k: chunk-row block kb, n: channels s*K/4 + 8nt..): [s][kb][nt][lane]
+//  MM  B-fragments of Mᵀ (k: column block kb, n: rows 16w+8nt..): [w][kb][nt][lane], kb <= w
+//  WZ  accumulator tiles of W_zᵀ (m: value block vb, n: rows 16w+8nt..): [vb][w][nt][lane]
+//  GC  the chunk's total decay exp(G_last), K floats
+template <int K, int NT, int NTQ>
+struct WsLayout {
+  static constexpr int64_t kWA = 0;
+  static constexpr int64_t nWA = 4LL * (K / 16) * 2 * 32 * NT * 8;
+  static constexpr int64_t kQT = kWA + nWA;
+  static constexpr int64_t nQT = 4LL * (K / 16) * 2 * 32 * NTQ * 8;
+  static constexpr int64_t kKH = kQT + nQT;
+  static constexpr int64_t nKH = 4LL * 4 * (K / 32) * 32 * NT * 8;
+  static constexpr int64_t kMM = kKH + nKH;
+  static constexpr int64_t nMM = 4LL * 4 * 2 * 32 * NTQ * 8;
+  static constexpr int64_t kGC = kMM + nMM;
+  static constexpr int64_t nGC = 4LL * K;
+  static constexpr int64_t kWZ = kGC + nGC;
+  // + V/16 * 4 KB of WZ
+  static constexpr int64_t wz_bytes(int64_t V) { return (V / 16) * 4 * 2 * 32 * 16; }
+  static constexpr int64_t blob_bytes(int64_t V) { return ((kWZ + wz_bytes(V)) + 255) / 256 * 256; }
+};
+
+}  // namespace qed::kernels::chunked
