@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fixtures/generate.hpp"
@@ -78,6 +79,46 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+// Cancellation in dlambda = sum_t abar_t . p_t (MATH.md §5.2), from the chunk-level gradients of
+// the double chunked backward (one lane, C = 64): sum_t |abar_t . p_t| / |dlambda| (across
+// tokens) and sum_t |abar_t| |p_t| / |dlambda| (within tokens too).
+std::pair<double, double> dlambda_cancellation(const Inputs<double>& in,
+                                               const Cotangents<double>& cot) {
+  const LaneView<double> Lv = lanes_of(in)[0];
+  const ChunkOptions opt{64};
+  std::vector<Chunk<double>> chunks;
+  std::vector<std::vector<double>> states{detail::initial_state(Lv)};
+  for (int64_t t0 = 0; t0 < Lv.span.len; t0 += opt.chunk) {
+    chunks.push_back(build_chunk(Lv, t0, std::min(opt.chunk, Lv.span.len - t0), opt));
+    std::vector<double> St = states.back();
+    chunk_advance_state(chunks.back(), chunk_pseudo_values(chunks.back(), St), St);
+    states.push_back(St);
+  }
+  std::vector<double> Sh(static_cast<size_t>(in.dims.K * in.dims.V), 0.0);
+  double sum = 0, abs_sum = 0, norm_sum = 0;
+  for (int64_t ci = static_cast<int64_t>(chunks.size()) - 1; ci >= 0; --ci) {
+    const auto& ch = chunks[ci];
+    std::vector<double> ob(static_cast<size_t>(ch.n * in.dims.V));
+    for (int64_t r = 0; r < ch.n; ++r)
+      for (int64_t j = 0; j < in.dims.V; ++j) ob[r * in.dims.V + j] = cot.do_[Lv.tok(ch.t0 + r, in.dims.V) + j];
+    auto g = chunk_backward(ch, states[ci], states[ci + 1], Sh, ob, in.scale);
+    for (int64_t r = 0; r < ch.n; ++r) {
+      double d = 0, na = 0, np = 0;
+      for (int64_t c = 0; c < in.dims.K; ++c) {
+        const double a = g.abar[r * in.dims.K + c], p = ch.p[r * in.dims.K + c];
+        d += a * p;
+        na += a * a;
+        np += p * p;
+      }
+      sum += d;
+      abs_sum += std::abs(d);
+      norm_sum += std::sqrt(na * np);
+    }
+    Sh = std::move(g.Sh);
+  }
+  return {abs_sum / std::abs(sum), norm_sum / std::abs(sum)};
+}
+
 int main(int argc, char** argv) {
   int seeds = 3;
   int64_t C = 64;
@@ -135,6 +176,7 @@ int main(int argc, char** argv) {
   std::printf("| config | T | kernel | dq | dk | dv | dg | db | dw | dlambda | dh0 |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|\n");
   const char* names[3] = {"rec32", "chunk32", "chunkbf"};
+  std::vector<std::string> cancel_notes;
   for (const Config& cf : kConfigs) {
     for (int64_t T : bwdT) {
       std::vector<std::vector<double>> e(3, std::vector<double>(10, 0.0));
@@ -145,6 +187,14 @@ int main(int argc, char** argv) {
                 k.d, static_cast<uint64_t>(sd), false)));
         const auto cot_f = convert_cotangents<float>(cot_d);
         const auto ref = recurrent_backward(k.d, cot_d);
+        if (sd == 0 && cf.variant == Variant::qed) {
+          char buf[240];
+          const auto [across, within] = dlambda_cancellation(k.d, cot_d);
+          std::snprintf(buf, sizeof buf, "%s, T=%lld, seed 0: sum_t |abar_t . p_t| / |dlambda| = %.0f, "
+                        "sum_t |abar_t| |p_t| / |dlambda| = %.0f", cf.name,
+                        static_cast<long long>(T), across, within);
+          cancel_notes.push_back(buf);
+        }
         const Grads<float> runs[3] = {recurrent_backward(k.f, cot_f),
                                       chunked_backward(k.f, cot_f, c32),
                                       chunked_backward(k.f, cot_f, cbf)};
@@ -170,6 +220,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  std::printf("\nCancellation in the dlambda reduction:\n\n");
+  for (const auto& s : cancel_notes) std::printf("- %s\n", s.c_str());
   std::printf("\n(total %.0f s)\n", seconds_since(t_start));
   return 0;
 }
