@@ -1,0 +1,91 @@
+// Tolerances for `qedcheck verify`: per-dataset bounds from a tolerance file, from --rtol/--atol,
+// or from the default "twin" rule, and the judgement of one dataset's metrics against its bound.
+//
+// Tolerance file, schema "qedcheck.tolerance/1" (JSON):
+//   {"schema": "qedcheck.tolerance/1",
+//    "description": "free text (optional)",
+//    "datasets": {"o":  {"rtol_frobenius": 1e-6, "atol_max": 1e-5},
+//                 "dk": {"rtol_frobenius": 1e-5},
+//                 "*":  {"atol_max": 1e-4}}}
+// Dataset keys are result names without their group ("o", "ht", "dq", ... "dh0"; "outputs/o"
+// and "grads/dq" are accepted too) or "*" for every dataset without its own entry. An entry has
+// rtol_frobenius (bound on ||cand-ref||_F / ||ref||_F) and/or atol_max (bound on max|cand-ref|),
+// each a finite number >= 0; a dataset passes when every bound it has holds. Datasets that the
+// file does not cover (no entry, no "*") fall back to the twin rule. Unknown keys inside an
+// entry are errors (a typo must not loosen a gate); other top-level members are ignored, and a
+// document whose top level is not a tolerance (a certificate) may carry one as its member
+// "tolerance": that is how the certificate format extends this one.
+//
+// Default twin rule (in the spirit of FlashAttention's "at most twice the error of a reference
+// implementation in the same precision"): for each dataset,
+//   rtol_frobenius = F * max(e_F, u)        atol_max = F * max(e_max, u * max|ref|)
+// with F = 2, u the unit roundoff of /inputs@dtype, and e_F, e_max the relative Frobenius and
+// max abs errors against the oracle of the worst of the reference's own implementations run in
+// that precision on the same inputs (twin_plan). The u floor is one correct rounding of the
+// exact result to the dtype: no implementation that stores its results in that dtype can beat
+// it, so a twin that happens to be exact does not demand the impossible.
+#pragma once
+
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "verify/compare.hpp"
+#include "verify/implementations.hpp"
+
+namespace qed::verify {
+
+inline constexpr double kTwinFactor = 2.0;
+
+// Bounds of one dataset; NaN = not checked.
+struct Bound {
+  double rtol_frobenius = std::numeric_limits<double>::quiet_NaN();
+  double atol_max = std::numeric_limits<double>::quiet_NaN();
+  std::string source;  // "rule:twin", "options", "file:PATH[o]", ...
+  bool any() const { return rtol_frobenius == rtol_frobenius || atol_max == atol_max; }
+};
+
+// Where bounds come from: explicit options, a file, or (for everything else) the twin rule.
+struct ToleranceSpec {
+  std::optional<Bound> options;            // --rtol / --atol: every dataset
+  std::string file;                        // tolerance file path, empty if none
+  std::map<std::string, Bound> per_dataset;  // from the file, keyed "outputs/o", "grads/dq", ...
+  std::optional<Bound> wildcard;           // from the file's "*"
+  // The file's or the options' bound for a dataset, if any (otherwise the twin rule applies).
+  std::optional<Bound> explicit_bound(const std::string& name) const;
+};
+
+ToleranceSpec tolerance_from_options(double rtol, std::optional<double> atol);
+ToleranceSpec read_tolerance_file(const std::string& path);
+// Parses the JSON text of a tolerance document; `where` names it in messages.
+ToleranceSpec parse_tolerance(const std::string& text, const std::string& where);
+
+// The twins of a dtype: the reference's implementations in that precision, on the same inputs.
+struct TwinPlan {
+  std::vector<RunOptions> runs;
+  std::vector<std::string> labels;  // "reference-recurrent@float", ...
+  bool provisional = false;         // the matching low-precision twin is not built yet
+  std::string note;                 // why provisional
+};
+TwinPlan twin_plan(const std::string& dtype);
+std::string twin_plan_text(const std::string& dtype);  // one line, for --help and verdicts
+
+// Twin error of one dataset, maximised over the twins of a plan.
+struct TwinError {
+  double rel_frobenius = 0;
+  double max_abs_error = 0;
+  std::string worst_twin;  // label of the twin with the largest relative Frobenius error
+};
+Bound twin_rule_bound(const TwinError& e, const Metrics& reference_scale, double unit_roundoff,
+                      double factor = kTwinFactor);
+
+// score = max over the bound's checks of metric / bound (<= 1 passes); infinite for non-finite
+// candidates. A zero bound with a zero metric scores 0.
+double judge(const Metrics& m, const Bound& b);
+
+// The rule as it is printed in --help and in every verdict.
+std::string twin_rule_text();
+
+}  // namespace qed::verify
