@@ -89,7 +89,8 @@ TEST(ChunkedP15, MpfrForwardAndBackwardEqualRecurrent) {
   for (auto [v, a] : all_variants()) {
     for (const auto& ind : p15_cases(v, a, seed)) {
       const auto in = convert_inputs<mpfr_float>(ind);
-      const auto cot = convert_cotangents<mpfr_float>(fixtures::generate_cotangents(ind, seed, true));
+      const auto cot =
+          convert_cotangents<mpfr_float>(fixtures::generate_cotangents(ind, seed, true));
       const auto rf = recurrent_forward(in);
       const auto rb = recurrent_backward(in, cot);
       for (int64_t C : Cs) {
@@ -251,9 +252,10 @@ TEST(ChunkedFactored, ExactWhereNoOverflowDouble) {
     for (int64_t C : {7, 16}) {
       ChunkOptions fo{C};
       fo.factored = true;
-      const double ef = worst_outputs(chunked_forward(in, fo), chunked_forward(in, ChunkOptions{C}));
-      const double eb = worst_grads(chunked_backward(in, cot, fo),
-                                    chunked_backward(in, cot, ChunkOptions{C}));
+      const double ef =
+          worst_outputs(chunked_forward(in, fo), chunked_forward(in, ChunkOptions{C}));
+      const double eb =
+          worst_grads(chunked_backward(in, cot, fo), chunked_backward(in, cot, ChunkOptions{C}));
       worst_f = std::max(worst_f, ef);
       worst_b = std::max(worst_b, eb);
       EXPECT_LT(ef, 1e-12) << name_of(v, a) << " C=" << C << "; " << replay(seed);

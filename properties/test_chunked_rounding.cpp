@@ -29,7 +29,9 @@ float bf16_bits(float x) {
   return std::bit_cast<float>(u & 0xFFFF0000u);
 }
 
-bool same_bits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
+bool same_bits(double a, double b) {
+  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+}
 
 // A random finite double spread over many binades (exponents -160..140), random sign.
 double spread_double(fixtures::Rng& rng) {
@@ -51,15 +53,26 @@ TEST(Rounding, Bf16OfFloatMatchesBitTrick) {
     const float got = round_operand(x, Operands::bf16);
     ++checked;
     ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
-        << "x=" << x << " (bits " << std::hex << std::bit_cast<uint32_t>(x) << "); " << replay(seed);
+        << "x=" << x << " (bits " << std::hex << std::bit_cast<uint32_t>(x) << "); "
+        << replay(seed);
   }
   // Edges: largest bf16, the overflow threshold, float max, subnormals, ties.
-  const float edges[] = {3.3895314e38f, 3.3961776e38f, 3.3961772e38f, std::numeric_limits<float>::max(),
-                         std::ldexp(1.0f, -133), std::ldexp(1.0f, -134), std::ldexp(3.0f, -135),
-                         std::ldexp(1.0f, -149), 1.0f + std::ldexp(1.0f, -8), 1.0f + std::ldexp(3.0f, -8),
-                         -0.0f, 0.0f, -std::ldexp(1.0f, -140)};
+  const float edges[] = {3.3895314e38f,
+                         3.3961776e38f,
+                         3.3961772e38f,
+                         std::numeric_limits<float>::max(),
+                         std::ldexp(1.0f, -133),
+                         std::ldexp(1.0f, -134),
+                         std::ldexp(3.0f, -135),
+                         std::ldexp(1.0f, -149),
+                         1.0f + std::ldexp(1.0f, -8),
+                         1.0f + std::ldexp(3.0f, -8),
+                         -0.0f,
+                         0.0f,
+                         -std::ldexp(1.0f, -140)};
   for (float x : edges)
-    EXPECT_EQ(std::bit_cast<uint32_t>(round_operand(x, Operands::bf16)), std::bit_cast<uint32_t>(bf16_bits(x)))
+    EXPECT_EQ(std::bit_cast<uint32_t>(round_operand(x, Operands::bf16)),
+              std::bit_cast<uint32_t>(bf16_bits(x)))
         << "x=" << x;
   EXPECT_TRUE(std::isinf(round_operand(std::numeric_limits<float>::max(), Operands::bf16)));
   std::printf("bf16(float): %lld random finite floats bit-identical to the bit trick\n",
@@ -79,7 +92,8 @@ TEST(Rounding, Fp16AndFp32MatchCompilerConversions) {
     ASSERT_EQ(std::bit_cast<uint32_t>(round_operand(xf, Operands::fp16)),
               std::bit_cast<uint32_t>(static_cast<float>(static_cast<_Float16>(xf))))
         << "fp16(float) x=" << xf << "; " << replay(seed);
-    ASSERT_TRUE(same_bits(round_operand(x, Operands::fp32), static_cast<double>(static_cast<float>(x))))
+    ASSERT_TRUE(
+        same_bits(round_operand(x, Operands::fp32), static_cast<double>(static_cast<float>(x))))
         << "fp32(double) x=" << x << "; " << replay(seed);
   }
   // fp16 edges: max 65504, overflow at 65520, min subnormal 2^-24, ties at half of it.
@@ -106,7 +120,8 @@ TEST(Rounding, Bf16OfDoubleAndMpfrRoundOnceLikeMpfr) {
     if (std::abs(x) < std::ldexp(1.0, -126) || std::abs(x) > 3.3e38) continue;
     mpfr_set_d(m, x, MPFR_RNDN);
     const double want = mpfr_get_d(m, MPFR_RNDN);
-    ASSERT_TRUE(same_bits(round_operand(x, Operands::bf16), want)) << "x=" << x << "; " << replay(seed);
+    ASSERT_TRUE(same_bits(round_operand(x, Operands::bf16), want))
+        << "x=" << x << "; " << replay(seed);
   }
   mpfr_clear(m);
   // Just above a bf16 tie: one correct rounding goes up; rounding through float first would

@@ -23,14 +23,16 @@ inline uint64_t test_seed(uint64_t dflt) {
   return dflt;
 }
 inline std::string replay(uint64_t seed) {
-  return "replay: QEDCHECK_SEED=" + std::to_string(seed) + " <test binary> --gtest_filter=<this test>";
+  return "replay: QEDCHECK_SEED=" + std::to_string(seed) +
+         " <test binary> --gtest_filter=<this test>";
 }
 
 inline const std::vector<std::pair<Variant, Arm>>& all_variants() {
   static const std::vector<std::pair<Variant, Arm>> v = {
-      {Variant::gdn2, Arm::none},          {Variant::qed, Arm::full}, {Variant::qed, Arm::nogate},
-      {Variant::qed, Arm::nogate_noproj}, {Variant::qed, Arm::rand}, {Variant::kda, Arm::none},
-      {Variant::gdn, Arm::none},           {Variant::deltanet, Arm::none}};
+      {Variant::gdn2, Arm::none},  {Variant::qed, Arm::full},
+      {Variant::qed, Arm::nogate}, {Variant::qed, Arm::nogate_noproj},
+      {Variant::qed, Arm::rand},   {Variant::kda, Arm::none},
+      {Variant::gdn, Arm::none},   {Variant::deltanet, Arm::none}};
   return v;
 }
 inline std::string name_of(Variant v, Arm a) {
@@ -74,9 +76,9 @@ double worst_outputs(const Outputs<S>& x, const Outputs<S>& y, std::string* what
 
 template <class S>
 std::vector<std::pair<std::string, const std::vector<S>*>> grad_fields(const Grads<S>& g) {
-  return {{"dq", &g.dq}, {"dk", &g.dk}, {"dv", &g.dv}, {"dg", &g.dg}, {"db", &g.db},
-          {"dw", &g.dw}, {"dbeta", &g.dbeta}, {"dlambda", &g.dlambda}, {"dr", &g.dr},
-          {"dh0", &g.dh0}};
+  return {{"dq", &g.dq}, {"dk", &g.dk},  {"dv", &g.dv},       {"dg", &g.dg},
+          {"db", &g.db}, {"dw", &g.dw},  {"dbeta", &g.dbeta}, {"dlambda", &g.dlambda},
+          {"dr", &g.dr}, {"dh0", &g.dh0}};
 }
 
 template <class S>

@@ -41,9 +41,9 @@ struct Bound {
   Variant v;
   Arm a;
   fixtures::Regime regime;
-  double math_fp32, math_bf16;       // MATH.md §10 suggested tolerances
-  double meas_fp32, meas_bf16;       // measured rel_F(o), seed 0 (this implementation, x86-64)
-  double meas_bf16_bwd;              // measured worst rel_F over dq,dk,dv,dg,db,dw,dh0 at T=256
+  double math_fp32, math_bf16;  // MATH.md §10 suggested tolerances
+  double meas_fp32, meas_bf16;  // measured rel_F(o), seed 0 (this implementation, x86-64)
+  double meas_bf16_bwd;         // measured worst rel_F over dq,dk,dv,dg,db,dw,dh0 at T=256
 };
 
 // Measured with seed 0, T = 1024 (forward) and T = 256 (backward), K = V = 64, C = 64, scale 1/8.
@@ -121,8 +121,10 @@ TEST(ChunkedTwin, FactoredFormOverflowsInFp32SafeFormDoesNot) {
   int64_t nonfinite = 0;
   for (float x : of.o) nonfinite += !std::isfinite(x);
   const double es = rel_fro(os.o, ref.o);
-  std::printf("mixed T=256 C=64: factored fp32 has %lld non-finite outputs of %zu; safe form "
-              "rel_F(o) %.2e\n", static_cast<long long>(nonfinite), of.o.size(), es);
+  std::printf(
+      "mixed T=256 C=64: factored fp32 has %lld non-finite outputs of %zu; safe form "
+      "rel_F(o) %.2e\n",
+      static_cast<long long>(nonfinite), of.o.size(), es);
   EXPECT_GT(nonfinite, 0) << "factored fp32 form did not overflow; " << replay(seed);
   EXPECT_LT(es, 2e-6) << replay(seed);
   // Same input in double: the factored form is finite there (exp range 709) and agrees.

@@ -204,7 +204,8 @@ Grads<S> chunked_backward(const Inputs<S>& in, const Cotangents<S>& cot, const C
         for (int64_t t0 = 0; t0 < len; t0 += opt.chunk) {
           chunks.push_back(build_chunk(Lv, t0, std::min(opt.chunk, len - t0), opt));
           std::vector<S> St = states.back();
-          const std::vector<S> Ur = chunk_pseudo_values(chunks.back(), rounded_copy(St, opt.operands));
+          const std::vector<S> Ur =
+              chunk_pseudo_values(chunks.back(), rounded_copy(St, opt.operands));
           chunk_advance_state(chunks.back(), Ur, St);
           states.push_back(std::move(St));
         }
@@ -237,9 +238,8 @@ Grads<S> chunked_backward(const Inputs<S>& in, const Cotangents<S>& cot, const C
               gr.dv[Lv.tok(t, V) + j] = Lv.w(t, j) * zb;
               dwc[Lv.tok(t, V) + j] = vt[j] * zb;
             }
-            erase_vector_vjp(Lv, t, g.abar.data() + r * K, ch.p.data() + r * K,
-                             ch.m.data() + r * K, dq, dk, dbc.data() + Lv.tok(t, K), dlam, dr,
-                             mbar);
+            erase_vector_vjp(Lv, t, g.abar.data() + r * K, ch.p.data() + r * K, ch.m.data() + r * K,
+                             dq, dk, dbc.data() + Lv.tok(t, K), dlam, dr, mbar);
           }
           Sh = std::move(g.Sh);
         }

@@ -35,8 +35,7 @@ struct ChunkOptions {
 
 inline void check_options(const ChunkOptions& o) {
   if (o.chunk < 1)
-    throw qed::Error("chunked reference: chunk size " + std::to_string(o.chunk) +
-                     " is not >= 1");
+    throw qed::Error("chunked reference: chunk size " + std::to_string(o.chunk) + " is not >= 1");
 }
 
 // Intermediates of one chunk (tokens t0 .. t0+n-1 of a lane), row-major. Entries marked

@@ -58,8 +58,8 @@ S round_to_format(const S& x, const BinaryFormat& f) {
   using std::floor;
   using std::frexp;
   using std::ldexp;
-  if (x != x) return x;          // NaN
-  if (x == S(0)) return x;       // keeps the sign of zero
+  if (x != x) return x;     // NaN
+  if (x == S(0)) return x;  // keeps the sign of zero
   const bool neg = x < S(0);
   const S ax = neg ? S(-x) : x;
   // Largest finite value: (2 - 2^(1-digits)) 2^emax; anything at or above max + half an ulp,
@@ -67,8 +67,8 @@ S round_to_format(const S& x, const BinaryFormat& f) {
   // float) it becomes infinity itself, and correctly so: then no finite x of S overflows.
   const S overflow = ldexp(S(2) - ldexp(S(1), -f.digits), f.emax);
   if (ax >= overflow) {
-    const S inf = std::numeric_limits<S>::has_infinity ? std::numeric_limits<S>::infinity()
-                                                       : S(1) / S(0);
+    const S inf =
+        std::numeric_limits<S>::has_infinity ? std::numeric_limits<S>::infinity() : S(1) / S(0);
     return neg ? S(-inf) : inf;
   }
   int e2 = 0;
@@ -77,7 +77,7 @@ S round_to_format(const S& x, const BinaryFormat& f) {
   const int shift = e - f.digits + 1;               // quantum = 2^shift
   const S y = ldexp(ax, -shift);                    // exact: a power-of-two scaling
   S n = floor(y);
-  const S frac = y - n;                             // exact: y and n differ below 2^digits
+  const S frac = y - n;  // exact: y and n differ below 2^digits
   if (frac > S(0.5)) {
     n += S(1);
   } else if (frac == S(0.5)) {

@@ -100,7 +100,8 @@ std::pair<double, double> dlambda_cancellation(const Inputs<double>& in,
     const auto& ch = chunks[ci];
     std::vector<double> ob(static_cast<size_t>(ch.n * in.dims.V));
     for (int64_t r = 0; r < ch.n; ++r)
-      for (int64_t j = 0; j < in.dims.V; ++j) ob[r * in.dims.V + j] = cot.do_[Lv.tok(ch.t0 + r, in.dims.V) + j];
+      for (int64_t j = 0; j < in.dims.V; ++j)
+        ob[r * in.dims.V + j] = cot.do_[Lv.tok(ch.t0 + r, in.dims.V) + j];
     auto g = chunk_backward(ch, states[ci], states[ci + 1], Sh, ob, in.scale);
     for (int64_t r = 0; r < ch.n; ++r) {
       double d = 0, na = 0, np = 0;
@@ -124,10 +125,14 @@ int main(int argc, char** argv) {
   int64_t C = 64;
   std::vector<int64_t> fwdT = {64, 256, 1024, 4096}, bwdT = {256, 1024};
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--seeds")) seeds = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--fwd-T")) fwdT = parse_list(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--bwd-T")) bwdT = parse_list(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--chunk")) C = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--seeds"))
+      seeds = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--fwd-T"))
+      fwdT = parse_list(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--bwd-T"))
+      bwdT = parse_list(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--chunk"))
+      C = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -138,8 +143,9 @@ int main(int argc, char** argv) {
 
   std::printf("## Forward: rel_F(o) and rel_F(ht), max over %d seeds, K=V=64, C=%lld\n\n", seeds,
               static_cast<long long>(C));
-  std::printf("| config | T | rec32 o | chunk32 o | chunkbf o | chunkh o | rec32 ht | chunk32 ht | "
-              "chunkbf ht | chunkh ht |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| config | T | rec32 o | chunk32 o | chunkbf o | chunkh o | rec32 ht | chunk32 ht | "
+      "chunkbf ht | chunkh ht |\n|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> oracle_notes;
   for (const Config& cf : kConfigs) {
     for (int64_t T : fwdT) {
@@ -156,9 +162,11 @@ int main(int argc, char** argv) {
         if (sd == 0 && T == fwdT.back()) {
           const auto q = recurrent_forward(convert_inputs<float128>(k.d));
           char buf[200];
-          std::snprintf(buf, sizeof buf, "%s, T=%lld: double vs float128 recurrent rel_F(o) %.1e, "
-                        "rel_F(ht) %.1e", cf.name, static_cast<long long>(T),
-                        rel_fro(ref.o, q.o), rel_fro(ref.ht, q.ht));
+          std::snprintf(buf, sizeof buf,
+                        "%s, T=%lld: double vs float128 recurrent rel_F(o) %.1e, "
+                        "rel_F(ht) %.1e",
+                        cf.name, static_cast<long long>(T), rel_fro(ref.o, q.o),
+                        rel_fro(ref.ht, q.ht));
           oracle_notes.push_back(buf);
         }
       }
@@ -173,8 +181,9 @@ int main(int argc, char** argv) {
 
   std::printf("\n## Backward: rel_F of each gradient, max over %d seeds, do ~ N(0,1), dht = 0\n\n",
               seeds);
-  std::printf("| config | T | kernel | dq | dk | dv | dg | db | dw | dlambda | dh0 |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| config | T | kernel | dq | dk | dv | dg | db | dw | dlambda | dh0 |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
   const char* names[3] = {"rec32", "chunk32", "chunkbf"};
   std::vector<std::string> cancel_notes;
   for (const Config& cf : kConfigs) {
@@ -182,17 +191,17 @@ int main(int argc, char** argv) {
       std::vector<std::vector<double>> e(3, std::vector<double>(10, 0.0));
       for (int sd = 0; sd < seeds; ++sd) {
         const Case k = make_case(cf, T, static_cast<uint64_t>(sd));
-        const auto cot_d =
-            convert_cotangents<double>(convert_cotangents<float>(fixtures::generate_cotangents(
-                k.d, static_cast<uint64_t>(sd), false)));
+        const auto cot_d = convert_cotangents<double>(convert_cotangents<float>(
+            fixtures::generate_cotangents(k.d, static_cast<uint64_t>(sd), false)));
         const auto cot_f = convert_cotangents<float>(cot_d);
         const auto ref = recurrent_backward(k.d, cot_d);
         if (sd == 0 && cf.variant == Variant::qed) {
           char buf[240];
           const auto [across, within] = dlambda_cancellation(k.d, cot_d);
-          std::snprintf(buf, sizeof buf, "%s, T=%lld, seed 0: sum_t |abar_t . p_t| / |dlambda| = %.0f, "
-                        "sum_t |abar_t| |p_t| / |dlambda| = %.0f", cf.name,
-                        static_cast<long long>(T), across, within);
+          std::snprintf(buf, sizeof buf,
+                        "%s, T=%lld, seed 0: sum_t |abar_t . p_t| / |dlambda| = %.0f, "
+                        "sum_t |abar_t| |p_t| / |dlambda| = %.0f",
+                        cf.name, static_cast<long long>(T), across, within);
           cancel_notes.push_back(buf);
         }
         const Grads<float> runs[3] = {recurrent_backward(k.f, cot_f),
@@ -212,8 +221,10 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < fr_names.size(); ++i) {
           const std::string& nm = fr_names[i].first;
           if (nm == "dbeta" || nm == "dr") continue;
-          if (nm == "dlambda" && cf.variant != Variant::qed) std::printf(" - |");
-          else std::printf(" %.1e |", e[r][i]);
+          if (nm == "dlambda" && cf.variant != Variant::qed)
+            std::printf(" - |");
+          else
+            std::printf(" %.1e |", e[r][i]);
         }
         std::printf("\n");
       }
