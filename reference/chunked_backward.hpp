@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "reference/chunked_core.hpp"
-#include "reference/chunked_vjp.hpp"
+#include "reference/vjp.hpp"
 #include "reference/lane.hpp"
 #include "reference/parallel.hpp"
 #include "reference/recurrent.hpp"

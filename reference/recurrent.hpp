@@ -10,6 +10,7 @@
 #include "reference/lane.hpp"
 #include "reference/parallel.hpp"
 #include "reference/types.hpp"
+#include "reference/vjp.hpp"
 
 namespace qed::reference {
 
@@ -102,7 +103,6 @@ Grads<S> recurrent_backward(const Inputs<S>& in, const Cotangents<S>& cot, int t
   const int64_t K = d.K, V = d.V, H = d.H;
   const size_t nK = static_cast<size_t>(d.B * d.T * H * K);
   const size_t nV = static_cast<size_t>(d.B * d.T * H * V);
-  const size_t nS = static_cast<size_t>(d.B * d.T * H);
   Grads<S> gr;
   gr.dq.assign(nK, S(0));
   gr.dk.assign(nK, S(0));
@@ -120,7 +120,6 @@ Grads<S> recurrent_backward(const Inputs<S>& in, const Cotangents<S>& cot, int t
         const auto& L = lanes[li];
         const int64_t Tn = L.span.len;
         const S scale = in.scale;
-        const S lam = L.lambda();
         // Segment length ~ sqrt(T): stored checkpoints plus one segment of states.
         int64_t seg = 1;
         while (seg * seg < Tn) ++seg;
@@ -207,49 +206,9 @@ Grads<S> recurrent_backward(const Inputs<S>& in, const Cotangents<S>& cot, int t
               dgc[L.tok(t, K) + c] = alpha[c] * albar;
             }
             // Erase-vector VJP (§5.2).
-            S* db = dbc.data() + L.tok(t, K);
-            for (int64_t c = 0; c < K; ++c) {
-              db[c] += abar[c] * kt[c];
-              dk[c] += abar[c] * L.b(t, c);
-            }
-            if (L.has_lambda()) {
-              for (int64_t c = 0; c < K; ++c) dlam += abar[c] * p[c];
-              if (L.projected()) {
-                S nn(0), cc(0), ee(0);
-                for (int64_t c = 0; c < K; ++c) {
-                  nn += kt[c] * kt[c];
-                  cc += kt[c] * m[c];
-                  ee += kt[c] * abar[c];
-                }
-                if (nn == S(0)) {
-                  // P(0) = I: p = m, and no gradient flows into k through the projector.
-                  for (int64_t c = 0; c < K; ++c) mbar[c] = lam * abar[c];
-                } else {
-                  for (int64_t c = 0; c < K; ++c) {
-                    mbar[c] = lam * (abar[c] - kt[c] * ee / nn);
-                    dk[c] -= lam * (cc / nn * abar[c] + ee / nn * m[c] -
-                                    S(2) * cc * ee / (nn * nn) * kt[c]);
-                  }
-                }
-              } else {
-                for (int64_t c = 0; c < K; ++c) mbar[c] = lam * abar[c];
-              }
-              for (int64_t c = 0; c < K; ++c) {
-                switch (in.arm) {
-                  case Arm::full:
-                    dq[c] += mbar[c] * L.b(t, c);
-                    db[c] += mbar[c] * qt[c];
-                    break;
-                  case Arm::nogate:
-                  case Arm::nogate_noproj: dq[c] += mbar[c]; break;
-                  case Arm::rand:
-                    db[c] += mbar[c] * in.r[L.h * K + c];
-                    lane_dr[li][c] += mbar[c] * L.b(t, c);
-                    break;
-                  case Arm::none: break;
-                }
-              }
-            }
+            erase_vector_vjp(L, t, abar.data(), p.data(), m.data(), dq, dk,
+                             dbc.data() + L.tok(t, K), dlam,
+                             lay.has_r ? lane_dr[li].data() : nullptr, mbar);
           }
         }
         for (int64_t i = 0; i < K * V; ++i) gr.dh0[L.state_offset() + i] = Sh[i];
@@ -257,35 +216,7 @@ Grads<S> recurrent_backward(const Inputs<S>& in, const Cotangents<S>& cot, int t
       },
       threads);
 
-  // Map the general gate gradients onto the variant's own gates.
-  if (lay.channel_g) gr.dg = dgc;
-  if (lay.scalar_g) {
-    gr.dg.assign(nS, S(0));
-    for (size_t i = 0; i < nS; ++i)
-      for (int64_t c = 0; c < K; ++c) gr.dg[i] += dgc[i * K + c];
-  }
-  if (lay.has_bw) {
-    gr.db = std::move(dbc);
-    gr.dw = std::move(dwc);
-  }
-  if (lay.has_beta) {
-    gr.dbeta.assign(nS, S(0));
-    for (size_t i = 0; i < nS; ++i) {
-      S acc(0);
-      for (int64_t c = 0; c < K; ++c) acc += dbc[i * K + c];
-      for (int64_t j = 0; j < V; ++j) acc += dwc[i * V + j];
-      gr.dbeta[i] = acc;
-    }
-  }
-  if (lay.has_lambda) {
-    gr.dlambda.assign(static_cast<size_t>(H), S(0));
-    for (size_t li = 0; li < lanes.size(); ++li) gr.dlambda[lanes[li].h] += lane_dlambda[li];
-  }
-  if (lay.has_r) {
-    gr.dr.assign(static_cast<size_t>(H * K), S(0));
-    for (size_t li = 0; li < lanes.size(); ++li)
-      for (int64_t c = 0; c < K; ++c) gr.dr[lanes[li].h * K + c] += lane_dr[li][c];
-  }
+  map_gate_grads(in, lanes, std::move(dgc), std::move(dbc), std::move(dwc), lane_dlambda, lane_dr, gr);
   return gr;
 }
 

@@ -1,6 +1,6 @@
-// Token-level pieces of the backward pass that do not depend on how the state adjoint was
-// obtained: the erase-vector VJP of MATH.md §5.2 and the mapping of the general channel-wise
-// gate gradients onto a variant's own gates. Written so that recurrent_backward could share them.
+// Token-level pieces of every backward pass (recurrent and chunked), independent of how the
+// state adjoint was obtained: the erase-vector VJP of MATH.md §5.2 and the mapping of the general
+// channel-wise gate gradients onto a variant's own gates.
 #pragma once
 
 #include <cstdint>
