@@ -50,6 +50,7 @@ struct Args {
   char* ws = nullptr;
   int64_t blob = 0;  // bytes per (chunk, head)
   int vec = 0;       // q, k, b rows may be read in 16-byte pieces
+  float max_diag = kMaxDiagExp2;
 };
 
 // ---- sequences and chunks ----
@@ -165,5 +166,20 @@ struct WsLayout {
   static constexpr int64_t wz_bytes(int64_t V) { return (V / 16) * 4 * 2 * 32 * 16; }
   static constexpr int64_t blob_bytes(int64_t V) { return ((kWZ + wz_bytes(V)) + 255) / 256 * 256; }
 };
+
+// ---- entry points of the two device translation units ----
+// Precision modes: split terms of state-path operands (NT) and of read-out operands (NTQ).
+enum class Mode : int { bf16 = 0, fp32 = 1, bf16_single = 2 };
+constexpr int mode_nt(Mode m) { return m == Mode::fp32 ? 3 : (m == Mode::bf16 ? 2 : 1); }
+constexpr int mode_ntq(Mode m) { return m == Mode::fp32 ? 3 : 1; }
+
+int64_t blob_bytes(int K, int64_t V, Mode m);
+// Shared memory the launches need (to check against the device limit).
+int prep_smem_bytes(int K, bool fp32_inputs);
+int state_smem_bytes(int K, int MT, Mode m);
+cudaError_t launch_chunk_base(const Args& A, int64_t* base, cudaStream_t st);
+cudaError_t launch_prep(const Args& A, bool fp32_inputs, Mode m, int64_t grid_chunks,
+                        cudaStream_t st);
+cudaError_t launch_state(const Args& A, Mode m, int MT, cudaStream_t st);
 
 }  // namespace qed::kernels::chunked

@@ -1,0 +1,219 @@
+// Host side of the chunked forward (kernels/chunked_api.hpp): argument checks, the workspace
+// (chunk bases of packed sequences + one fragment blob per chunk and head), the choice of the
+// value-tile width, and the two launches (chunk-parallel prep, sequential state pass).
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "kernels/chunked_api.hpp"
+#include "kernels/chunked_common.cuh"
+
+namespace qed::kernels {
+namespace {
+
+using chunked::Args;
+using chunked::Mode;
+
+Status bad(const std::string& msg) {
+  return {StatusCode::invalid_argument, "chunked_forward: " + msg};
+}
+Status unsupported(const std::string& msg) {
+  return {StatusCode::unsupported, "chunked_forward: " + msg};
+}
+Status cuda_fail(const char* what, cudaError_t e) {
+  return {StatusCode::cuda_error, std::string("chunked_forward: ") + what + ": " + cudaGetErrorString(e)};
+}
+
+chunked::Seq seq_of(const SeqTensor& t) {
+  return {t.data, t.stride_b, t.stride_t, t.stride_h, static_cast<int>(t.dtype)};
+}
+
+// Testing hook: QEDCHECK_CHUNKED_MUTANT=single (one bf16 term on the state path, the accuracy
+// of a plain bf16 kernel) or =nofallback (no element-wise path for steep decays). Used by the
+// GPU tests to show that their accuracy and extreme-decay checks fail on such kernels.
+const char* mutant() {
+  const char* m = std::getenv("QEDCHECK_CHUNKED_MUTANT");
+  return m ? m : "";
+}
+
+Mode mode_of(const ChunkedForwardParams& p) {
+  if (p.in.q.dtype == DType::fp32) return Mode::fp32;
+  return std::strcmp(mutant(), "single") == 0 ? Mode::bf16_single : Mode::bf16;
+}
+
+int64_t chunk_bound(const Problem& pr) {
+  const int64_t per = (pr.T + chunked::kC - 1) / chunked::kC;
+  return pr.cu_seqlens ? per + pr.sequences() : pr.B * per;
+}
+
+int num_sms() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+
+// Value-tile width 16*MT: the widest tile that still gives about two blocks per multiprocessor
+// (wider tiles re-read the workspace fewer times). QEDCHECK_CHUNKED_MT overrides.
+int choose_mt(const ChunkedForwardParams& p, Mode m) {
+  const Problem& pr = p.problem;
+  const int64_t lanes = pr.sequences() * pr.H;
+  const int64_t vt16 = pr.V / 16;
+  const int max_mt = m == Mode::fp32 ? 2 : 4;
+  if (const char* e = std::getenv("QEDCHECK_CHUNKED_MT")) {
+    const int mt = std::atoi(e);
+    if ((mt == 1 || mt == 2 || mt == 4) && mt <= max_mt && vt16 % mt == 0) return mt;
+  }
+  for (int mt = max_mt; mt > 1; mt /= 2)
+    if (vt16 % mt == 0 && lanes * (vt16 / mt) >= 2LL * num_sms()) return mt;
+  return 1;
+}
+
+Status check(const ChunkedForwardParams& p) {
+  const char* fn = "chunked_forward";
+  const Problem& pr = p.problem;
+  if (Status s = validate_problem(fn, pr); !s.ok()) return s;
+  if (Status s = validate_inputs(fn, pr, p.in); !s.ok()) return s;
+  if (Status s = validate_output(fn, "o", pr, p.o); !s.ok()) return s;
+  if (p.ht.data)
+    if (Status s = validate_state(fn, "ht", p.ht); !s.ok()) return s;
+  if (p.chunk_states.data)
+    if (Status s = validate_state(fn, "chunk_states", p.chunk_states); !s.ok()) return s;
+  if (pr.K != 64 && pr.K != 128)
+    return unsupported("K = " + std::to_string(pr.K) + " is not built (K must be 64 or 128)");
+  if (pr.V != 64 && pr.V != 128)
+    return unsupported("V = " + std::to_string(pr.V) + " is not built (V must be 64 or 128)");
+  const DType dt = p.in.q.dtype;
+  if (dt != DType::bf16 && dt != DType::fp32)
+    return unsupported(std::string("q dtype ") + to_string(dt) + " (bf16 or fp32 only)");
+  auto same = [&](const SeqTensor& t, const char* name) -> Status {
+    if (t.data && t.dtype != dt)
+      return bad(std::string(name) + " dtype " + to_string(t.dtype) + " differs from q dtype " +
+                 to_string(dt) + " (q, k, v, b, w, beta share one dtype)");
+    return {};
+  };
+  const std::pair<const SeqTensor*, const char*> others[] = {
+      {&p.in.k, "k"}, {&p.in.v, "v"}, {&p.in.b, "b"}, {&p.in.w, "w"}, {&p.in.beta, "beta"}};
+  for (const auto& [t, n] : others)
+    if (Status s = same(*t, n); !s.ok()) return s;
+  if (p.in.g.data && p.in.g.dtype != dt && p.in.g.dtype != DType::fp32)
+    return bad(std::string("g dtype ") + to_string(p.in.g.dtype) + " must be fp32 or q's dtype");
+  if (p.o.dtype != DType::bf16 && p.o.dtype != DType::fp32)
+    return unsupported(std::string("o dtype ") + to_string(p.o.dtype) + " (bf16 or fp32 only)");
+  return {};
+}
+
+bool aligned16(const SeqTensor& t, int elem) {
+  if (!t.data) return true;
+  const int ve = 16 / elem;
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride_b % ve == 0 &&
+         t.stride_t % ve == 0 && t.stride_h % ve == 0;
+}
+
+Args make_args(const ChunkedForwardParams& p, Mode m) {
+  const Problem& pr = p.problem;
+  Args A;
+  A.variant = static_cast<int>(pr.variant);
+  A.arm = static_cast<int>(pr.arm);
+  A.B = pr.B;
+  A.T = pr.T;
+  A.H = pr.H;
+  A.K = pr.K;
+  A.V = pr.V;
+  A.N = pr.sequences();
+  A.scale = pr.scale;
+  A.cu = pr.cu_seqlens;
+  A.chunks_per_seq = (pr.T + chunked::kC - 1) / chunked::kC;
+  A.chunk_bound = chunk_bound(pr);
+  A.q = seq_of(p.in.q);
+  A.k = seq_of(p.in.k);
+  A.v = seq_of(p.in.v);
+  A.g = seq_of(p.in.g);
+  A.b = seq_of(p.in.b);
+  A.w = seq_of(p.in.w);
+  A.beta = seq_of(p.in.beta);
+  A.lambda = p.in.lambda;
+  A.r = p.in.r;
+  A.h0 = p.in.h0.data;
+  A.h0_sn = p.in.h0.stride_n;
+  A.h0_sh = p.in.h0.stride_h;
+  A.h0_sk = p.in.h0.stride_k;
+  A.o = p.o.data;
+  A.o_sb = p.o.stride_b;
+  A.o_st = p.o.stride_t;
+  A.o_sh = p.o.stride_h;
+  A.o_dt = static_cast<int>(p.o.dtype);
+  A.ht = p.ht.data;
+  A.ht_sn = p.ht.stride_n;
+  A.ht_sh = p.ht.stride_h;
+  A.ht_sk = p.ht.stride_k;
+  A.cs = p.chunk_states.data;
+  A.cs_sn = p.chunk_states.stride_n;
+  A.cs_sh = p.chunk_states.stride_h;
+  A.cs_sk = p.chunk_states.stride_k;
+  A.blob = chunked::blob_bytes(static_cast<int>(pr.K), pr.V, m);
+  const int elem = p.in.q.dtype == DType::fp32 ? 4 : 2;
+  const bool chan_b = pr.variant == Variant::gdn2 || pr.variant == Variant::qed;
+  A.vec = aligned16(p.in.q, elem) && aligned16(p.in.k, elem) && (!chan_b || aligned16(p.in.b, elem));
+  if (std::strcmp(mutant(), "nofallback") == 0) A.max_diag = 1e30f;
+  return A;
+}
+
+size_t base_bytes(const Problem& pr) {
+  return pr.cu_seqlens ? ((static_cast<size_t>(pr.sequences()) + 1) * 8 + 255) / 256 * 256 : 0;
+}
+
+}  // namespace
+
+Status chunked_forward_workspace(const ChunkedForwardParams& p, size_t* bytes) {
+  if (Status s = check(p); !s.ok()) return s;
+  const Problem& pr = p.problem;
+  const Mode m = mode_of(p);
+  *bytes = base_bytes(pr) + static_cast<size_t>(chunk_bound(pr)) * static_cast<size_t>(pr.H) *
+                                static_cast<size_t>(chunked::blob_bytes(static_cast<int>(pr.K), pr.V, m));
+  return {};
+}
+
+Status chunked_forward(const ChunkedForwardParams& p) {
+  if (Status s = device_status(); !s.ok()) return s;
+  size_t need = 0;
+  if (Status s = chunked_forward_workspace(p, &need); !s.ok()) return s;
+  const Problem& pr = p.problem;
+  const Mode m = mode_of(p);
+  const int MT = choose_mt(p, m);
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(pr.stream);
+  void* ws = p.workspace;
+  bool owned = false;
+  if (!ws) {
+    if (cudaError_t e = cudaMallocAsync(&ws, need > 0 ? need : 256, st); e != cudaSuccess)
+      return cuda_fail("workspace allocation", e);
+    owned = true;
+  } else if (p.workspace_bytes < need) {
+    return bad("workspace_bytes = " + std::to_string(p.workspace_bytes) + " is smaller than the " +
+               std::to_string(need) + " bytes chunked_forward_workspace asks for");
+  } else if (reinterpret_cast<uintptr_t>(ws) % 256 != 0) {
+    return bad("workspace must be 256-byte aligned");
+  }
+  Args A = make_args(p, m);
+  A.ws = static_cast<char*>(ws) + base_bytes(pr);
+  Status result;
+  cudaError_t e = cudaSuccess;
+  if (pr.cu_seqlens) {
+    A.chunk_base = static_cast<const int64_t*>(ws);
+    e = chunked::launch_chunk_base(A, static_cast<int64_t*>(ws), st);
+  }
+  if (e == cudaSuccess)
+    e = chunked::launch_prep(A, pr.K > 0 && p.in.q.dtype == DType::fp32, m, A.chunk_bound, st);
+  if (e == cudaSuccess) e = chunked::launch_state(A, m, MT, st);
+  if (e != cudaSuccess) result = cuda_fail("kernel launch", e);
+  if (owned) cudaFreeAsync(ws, st);
+  return result;
+}
+
+}  // namespace qed::kernels

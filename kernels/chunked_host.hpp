@@ -1,0 +1,26 @@
+// Runs the CUDA chunked forward on a reference problem given in double: rounds the inputs to the
+// kernel's dtype (kernels/host_run.hpp's round_inputs, as the recurrent kernel sees them),
+// uploads, runs chunked_forward and returns o, ht (and optionally the chunk-start states) in
+// double with the rounded inputs. Used by `qedcheck run --impl cuda-chunked` and the GPU tests.
+#pragma once
+
+#include <vector>
+
+#include "kernels/api.hpp"
+#include "reference/types.hpp"
+
+namespace qed::kernels {
+
+struct ChunkedHostRun {
+  reference::Inputs<double> inputs;    // as consumed
+  reference::Outputs<double> outputs;  // o in out_dtype, ht fp32
+  std::vector<double> chunk_states;    // [total_chunks, H, K, V] when asked for
+};
+
+// Throws qed::Error("no CUDA device: ...") without a usable device and qed::Error with the
+// API's message on invalid arguments or CUDA failures. Every output buffer is NaN-poisoned
+// before the call, so an element the kernels fail to write shows up as NaN.
+ChunkedHostRun run_chunked(const reference::Inputs<double>& in, DType dtype,
+                           bool want_chunk_states = false, DType out_dtype = DType::fp32);
+
+}  // namespace qed::kernels

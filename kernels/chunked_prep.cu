@@ -1,0 +1,530 @@
+// Chunk-parallel pass of the chunked forward (MATH.md §4.1-4.4): one block per (chunk, head)
+// builds everything that does not depend on the incoming state -- the erase vectors a (fused
+// QED prologue), the cumulative decays, T and M with safe pairwise exponents (§4.6),
+// L = (I+T)^-1 by forward substitution, W_a = L Ã, W_zᵀ = Zᵀ Lᵀ, K̂, Q̃ and the chunk decay -- and
+// writes them in split-bf16 fragment order into the workspace for chunked_state.cu.
+#include "kernels/chunked_common.cuh"
+
+namespace qed::kernels::chunked {
+namespace {
+
+template <class InT, int K>
+struct alignas(16) PrepSmem {
+  static constexpr int P = K + 8;  // row pitch: fragment-pattern reads hit distinct banks
+  InT q[kC][P];
+  InT k[kC][P];
+  InT b[kC][P];
+  float G[kC][P];   // in-chunk cumulative log2-decay
+  float T[kC][72];  // T, then L = (I+T)^-1
+  float coef[kC];   // QED: lambda (k.m)/(k.k) for projected arms, else 0
+  float wrow[kC];   // scalar write gate (kda, gdn, deltanet)
+  float r[K];
+  uint32_t umask[4][K / 32];
+  int nuns[4];
+  uint8_t ulist[4][K];
+};
+
+template <class InT, int K>
+struct Ctx {
+  const PrepSmem<InT, K>& s;
+  float lam;
+  int variant, arm;
+  __device__ float kf(int r, int c) const { return to_f(s.k[r][c]); }
+  __device__ float qf(int r, int c) const { return to_f(s.q[r][c]); }
+  __device__ float bf(int r, int c) const { return to_f(s.b[r][c]); }
+  __device__ float mval(int r, int c) const {
+    if (arm == kArmFull) return bf(r, c) * qf(r, c);
+    if (arm == kArmRand) return bf(r, c) * s.r[c];
+    return qf(r, c);
+  }
+  // Erase vector a_rc = b k + lambda (m - (k.m)/(k.k) k)  (MATH.md §2).
+  __device__ float aval(int r, int c) const {
+    const float kk = kf(r, c), bb = bf(r, c);
+    if (variant != kQed) return bb * kk;
+    return fmaf(bb, kk, fmaf(lam, mval(r, c), -s.coef[r] * kk));
+  }
+  __device__ bool unsafe(int I, int c) const { return (s.umask[I][c >> 5] >> (c & 31)) & 1u; }
+};
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int m = 16; m >= 1; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+template <int NT>
+__device__ __forceinline__ void store_slot(char* dst, const uint32_t* r0, const uint32_t* r1) {
+  if constexpr (NT == 2) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(r0[0], r1[0], r0[1], r1[1]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < NT; ++i) reinterpret_cast<uint2*>(dst)[i] = make_uint2(r0[i], r1[i]);
+  }
+}
+
+// Work items of the T/M products: (row block I, column tile nt), five per warp, balanced.
+__device__ __forceinline__ void tm_item(int warp, int it, int& I, int& nt) {
+  switch (warp) {
+    case 0: I = 3; nt = it; break;
+    case 1: I = it < 3 ? 3 : 0; nt = it < 3 ? 5 + it : it - 3; break;
+    case 2: I = 2; nt = it; break;
+    default: I = it == 0 ? 2 : 1; nt = it == 0 ? 5 : it - 1; break;
+  }
+}
+
+template <class InT, int K, int NT, int NTQ>
+__global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t grid_chunks) {
+  using Lw = WsLayout<K, NT, NTQ>;
+  using Sm = PrepSmem<InT, K>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Sm& s = *reinterpret_cast<Sm*>(smem_raw);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int64_t h = blockIdx.y, gc = blockIdx.x;
+
+  // Which sequence and which of its chunks this block is.
+  int64_t seq, nloc;
+  if (!A.cu) {
+    seq = gc / A.chunks_per_seq;
+    nloc = gc % A.chunks_per_seq;
+    if (seq >= A.N) return;
+  } else {
+    const int64_t total = A.chunk_base[A.N];
+    if (gc >= total || gc >= grid_chunks) return;
+    int64_t lo = 0, hi = A.N;
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (A.chunk_base[mid] <= gc) lo = mid; else hi = mid;
+    }
+    seq = lo;
+    nloc = gc - A.chunk_base[lo];
+  }
+  const Span sp = seq_span(A, seq);
+  const int64_t t0 = sp.bos + nloc * kC;
+  const int64_t rem = sp.len - nloc * kC;
+  if (rem <= 0) return;
+  const int Cn = rem < kC ? static_cast<int>(rem) : kC;
+  char* blob = blob_ptr(A, gc, h);
+  const bool qed = A.variant == kQed;
+  const bool chan_bw = A.variant == kGdn2 || qed;
+  auto off = [&](const Seq& x, int r) { return sp.brow * x.sb + (t0 + r) * x.st + h * x.sh; };
+
+  // ---- load q, k, b (b = beta broadcast for scalar-gate variants) ----
+  {
+    constexpr int VE = 16 / sizeof(InT);
+    constexpr int NV = K / VE;
+    const InT* qp = static_cast<const InT*>(A.q.p);
+    const InT* kp = static_cast<const InT*>(A.k.p);
+    const InT* bp = static_cast<const InT*>(A.b.p);
+    for (int i = tid; i < kC * NV; i += kThreads) {
+      const int r = i / NV, c = (i % NV) * VE;
+      uint4 vq = make_uint4(0, 0, 0, 0), vk = vq, vb = vq;
+      if (r < Cn) {
+        if (A.vec) {
+          vq = *reinterpret_cast<const uint4*>(qp + off(A.q, r) + c);
+          vk = *reinterpret_cast<const uint4*>(kp + off(A.k, r) + c);
+          if (chan_bw) vb = *reinterpret_cast<const uint4*>(bp + off(A.b, r) + c);
+        } else {
+          InT* eq = reinterpret_cast<InT*>(&vq);
+          InT* ek = reinterpret_cast<InT*>(&vk);
+          InT* eb = reinterpret_cast<InT*>(&vb);
+          for (int e = 0; e < VE; ++e) {
+            eq[e] = qp[off(A.q, r) + c + e];
+            ek[e] = kp[off(A.k, r) + c + e];
+            if (chan_bw) eb[e] = bp[off(A.b, r) + c + e];
+          }
+        }
+      }
+      *reinterpret_cast<uint4*>(&s.q[r][c]) = vq;
+      *reinterpret_cast<uint4*>(&s.k[r][c]) = vk;
+      if (chan_bw) *reinterpret_cast<uint4*>(&s.b[r][c]) = vb;
+    }
+    if (!chan_bw) {
+      for (int r = tid; r < kC; r += kThreads)
+        s.wrow[r] = r < Cn ? ld_any(A.beta.p, off(A.beta, r), A.beta.dt) : 0.f;
+      __syncthreads();
+      for (int i = tid; i < kC * K; i += kThreads) {
+        const int r = i / K, c = i % K;
+        s.b[r][c] = static_cast<InT>(s.wrow[r]);
+      }
+    }
+    if (A.arm == kArmRand)
+      for (int c = tid; c < K; c += kThreads) s.r[c] = A.r[h * K + c];
+  }
+  // ---- in-chunk cumulative decay, base 2 (padded rows: g = 0) ----
+  {
+    const bool chan_g = A.variant == kGdn2 || qed || A.variant == kKda;
+    const bool has_g = A.variant != kDeltanet;
+    for (int c = tid; c < K; c += kThreads) {
+      float acc = 0.f;
+#pragma unroll 8
+      for (int r = 0; r < kC; ++r) {
+        float gv = 0.f;
+        if (has_g && r < Cn) gv = ld_any(A.g.p, off(A.g, r) + (chan_g ? c : 0), A.g.dt);
+        acc = fmaf(gv, kLog2e, acc);
+        s.G[r][c] = acc;
+      }
+    }
+  }
+  __syncthreads();
+  const float lam = qed ? A.lambda[h] : 0.f;
+  const Ctx<InT, K> X{s, lam, A.variant, A.arm};
+  // ---- QED prologue: per-row projection coefficient; unsafe channels of diagonal blocks ----
+  {
+    const bool projected = qed && (A.arm == kArmFull || A.arm == kArmNogate || A.arm == kArmRand);
+    for (int r = warp; r < kC; r += 4) {
+      float nn = 0.f, km = 0.f;
+      if (projected) {
+        for (int c = lane; c < K; c += 32) {
+          const float kk = X.kf(r, c);
+          nn = fmaf(kk, kk, nn);
+          km = fmaf(kk, X.mval(r, c), km);
+        }
+        nn = warp_sum(nn);
+        km = warp_sum(km);
+      }
+      if (lane == 0) s.coef[r] = (projected && nn > 0.f) ? lam * (km / nn) : 0.f;
+    }
+    const int I = warp;
+    int base = 0;
+    for (int u = 0; u < K / 32; ++u) {
+      const int c = 32 * u + lane;
+      const float Gp = I == 0 ? 0.f : s.G[16 * I - 1][c];
+      const bool uns = (Gp - s.G[16 * I + 15][c]) > A.max_diag;
+      const unsigned m = __ballot_sync(0xffffffffu, uns);
+      if (lane == 0) s.umask[I][u] = m;
+      if (uns) s.ulist[I][base + __popc(m & ((1u << lane) - 1u))] = static_cast<uint8_t>(c);
+      base += __popc(m);
+    }
+    if (lane == 0) s.nuns[I] = base;
+  }
+  __syncthreads();
+
+  // ---- T = stril(Ã' K̃'ᵀ) and M = tril(Q̃' K̃'ᵀ), 16-row blocks referenced at row 16I-1 ----
+  {
+    float accT[5][4], accM[5][4];
+#pragma unroll
+    for (int i = 0; i < 5; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) accT[i][e] = accM[i][e] = 0.f;
+    for (int kb = 0; kb < K / 16; ++kb) {
+      uint32_t aT[NT * 4], aM[NTQ * 4];
+      int prevI = -1;
+#pragma unroll
+      for (int it = 0; it < 5; ++it) {
+        int I, nt;
+        tm_item(warp, it, I, nt);
+        const int p = 16 * I - 1;
+        if (I != prevI) {
+          prevI = I;
+          const int r0 = 16 * I + g, c0 = 16 * kb + 2 * t;
+#pragma unroll
+          for (int reg = 0; reg < 4; ++reg) {
+            const int r = r0 + ((reg & 1) ? 8 : 0), c = c0 + ((reg & 2) ? 8 : 0);
+            const float e0 = exp2f(s.G[r][c] - (p < 0 ? 0.f : s.G[p][c]));
+            const float e1 = exp2f(s.G[r][c + 1] - (p < 0 ? 0.f : s.G[p][c + 1]));
+            uint32_t x[NT], y[NTQ];
+            split2<NT>(X.aval(r, c) * e0, X.aval(r, c + 1) * e1, x);
+            split2<NTQ>(X.qf(r, c) * e0, X.qf(r, c + 1) * e1, y);
+#pragma unroll
+            for (int i = 0; i < NT; ++i) aT[4 * i + reg] = x[i];
+#pragma unroll
+            for (int i = 0; i < NTQ; ++i) aM[4 * i + reg] = y[i];
+          }
+        }
+        uint32_t bK[NT * 2];
+        {
+          const int j = 8 * nt + g, c0 = 16 * kb + 2 * t;
+          const bool diag = j >= 16 * I;
+#pragma unroll
+          for (int reg = 0; reg < 2; ++reg) {
+            float v[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = c0 + e + 8 * reg;
+              v[e] = X.kf(j, c) * exp2f((p < 0 ? 0.f : s.G[p][c]) - s.G[j][c]);
+              if (diag && X.unsafe(I, c)) v[e] = 0.f;
+            }
+            uint32_t x[NT];
+            split2<NT>(v[0], v[1], x);
+#pragma unroll
+            for (int i = 0; i < NT; ++i) bK[2 * i + reg] = x[i];
+          }
+        }
+        mma_split<NT, NT>(accT[it], aT, bK);
+        mma_split<NTQ, NTQ>(accM[it], aM, bK);
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < 5; ++it) {
+      int I, nt;
+      tm_item(warp, it, I, nt);
+      const bool diag = nt >= 2 * I;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * I + g + 8 * (e >> 1), j = 8 * nt + 2 * t + (e & 1);
+        float Tv = accT[it][e], Mv = accM[it][e];
+        if (diag && j <= r) {
+          // Channels whose in-block decay is too steep for the factored product.
+          for (int u = 0; u < s.nuns[I]; ++u) {
+            const int c = s.ulist[I][u];
+            const float kx = X.kf(j, c) * exp2f(s.G[r][c] - s.G[j][c]);
+            if (j < r) Tv = fmaf(X.aval(r, c), kx, Tv);
+            Mv = fmaf(X.qf(r, c), kx, Mv);
+          }
+        }
+        s.T[r][j] = j < r ? Tv : 0.f;
+        accM[it][e] = j <= r ? Mv : 0.f;
+      }
+      // M straight into the state pass's Mᵀ fragments: rows 16I+g(+8), columns of tile nt.
+#pragma unroll
+      for (int pr = 0; pr < 2; ++pr) {
+        uint32_t x[NTQ];
+        split2<NTQ>(accM[it][2 * pr], accM[it][2 * pr + 1], x);
+        const int slot = ((I * 4 + (nt >> 1)) * 2 + pr) * 32 + lane;
+        uint32_t* dst = reinterpret_cast<uint32_t*>(blob + Lw::kMM + slot * NTQ * 8);
+#pragma unroll
+        for (int i = 0; i < NTQ; ++i) dst[2 * i + (nt & 1)] = x[i];
+      }
+    }
+  }
+  __syncthreads();
+
+  if (tid < 64) {
+    // ---- L = (I+T)^-1, one column per thread, forward substitution in fp32 ----
+    const int c = tid;
+    float l[kC];
+#pragma unroll
+    for (int r = 0; r < kC; ++r) {
+      float acc = 0.f;
+#pragma unroll
+      for (int j = 0; j < r; ++j) acc = fmaf(s.T[r][j], l[j], acc);
+      l[r] = r < c ? 0.f : (r == c ? 1.f : -acc);
+    }
+    asm volatile("bar.sync 1, 64;\n" ::);
+#pragma unroll
+    for (int r = 0; r < kC; ++r) s.T[r][c] = l[r];
+  } else {
+    // ---- K̂ (decayed to the chunk end), Q̃ and the chunk decay, in fragment order ----
+    const int u = tid - 64;
+    constexpr int nKH = 4 * 4 * (K / 32) * 32;
+    for (int i = u; i < nKH; i += 64) {
+      const int ln = i & 31, gg = ln >> 2, tt = ln & 3;
+      int rest = i >> 5;
+      const int nt = rest % (K / 32);
+      rest /= (K / 32);
+      const int kb = rest % 4, sl = rest / 4;
+      const int ch = sl * (K / 4) + 8 * nt + gg, j0 = 16 * kb + 2 * tt;
+      const float Gl = s.G[kC - 1][ch];
+      float v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + (e & 1) + ((e & 2) ? 8 : 0);
+        v[e] = X.kf(j, ch) * exp2f(Gl - s.G[j][ch]);
+      }
+      uint32_t x0[NT], x1[NT];
+      split2<NT>(v[0], v[1], x0);
+      split2<NT>(v[2], v[3], x1);
+      store_slot<NT>(blob + Lw::kKH + static_cast<int64_t>(i) * NT * 8, x0, x1);
+    }
+    constexpr int nQT = 4 * (K / 16) * 2 * 32;
+    for (int i = u; i < nQT; i += 64) {
+      const int ln = i & 31, gg = ln >> 2, tt = ln & 3;
+      int rest = i >> 5;
+      const int nt = rest & 1;
+      rest >>= 1;
+      const int kb = rest % (K / 16), w = rest / (K / 16);
+      const int r = 16 * w + 8 * nt + gg, c0 = 16 * kb + 2 * tt;
+      float v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = c0 + (e & 1) + ((e & 2) ? 8 : 0);
+        v[e] = X.qf(r, c) * exp2f(s.G[r][c]);
+      }
+      uint32_t x0[NTQ], x1[NTQ];
+      split2<NTQ>(v[0], v[1], x0);
+      split2<NTQ>(v[2], v[3], x1);
+      store_slot<NTQ>(blob + Lw::kQT + static_cast<int64_t>(i) * NTQ * 8, x0, x1);
+    }
+    for (int c = u; c < K; c += 64)
+      reinterpret_cast<float*>(blob + Lw::kGC)[c] = exp2f(s.G[kC - 1][c]);
+  }
+  __syncthreads();
+
+  if (warp < 2) {
+    // ---- W_a = L Ã (Ã = A ⊙ Γ), stored negated as -W_aᵀ B-fragments ----
+    uint32_t la[10][NT * 4];
+#pragma unroll
+    for (int I = 0; I < 4; ++I)
+#pragma unroll
+      for (int kb = 0; kb <= I; ++kb) {
+        const int idx = I * (I + 1) / 2 + kb;
+#pragma unroll
+        for (int reg = 0; reg < 4; ++reg) {
+          const int r = 16 * I + g + ((reg & 1) ? 8 : 0), c = 16 * kb + 2 * t + ((reg & 2) ? 8 : 0);
+          uint32_t x[NT];
+          split2<NT>(s.T[r][c], s.T[r][c + 1], x);
+#pragma unroll
+          for (int i = 0; i < NT; ++i) la[idx][4 * i + reg] = x[i];
+        }
+      }
+    constexpr int npairs = K / 32;
+    for (int pp = 0; pp < npairs; ++pp) {
+      const int kbp = warp * npairs + pp;
+      float acc[4][2][4];
+#pragma unroll
+      for (int I = 0; I < 4; ++I)
+#pragma unroll
+        for (int p = 0; p < 2; ++p)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[I][p][e] = 0.f;
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int ch = 16 * kbp + 8 * p + g;
+#pragma unroll
+        for (int kb = 0; kb < 4; ++kb) {
+          uint32_t bb[NT * 2];
+#pragma unroll
+          for (int reg = 0; reg < 2; ++reg) {
+            const int j = 16 * kb + 2 * t + 8 * reg;
+            uint32_t x[NT];
+            split2<NT>(X.aval(j, ch) * exp2f(s.G[j][ch]), X.aval(j + 1, ch) * exp2f(s.G[j + 1][ch]),
+                       x);
+#pragma unroll
+            for (int i = 0; i < NT; ++i) bb[2 * i + reg] = x[i];
+          }
+#pragma unroll
+          for (int I = kb; I < 4; ++I) mma_split<NT, NT>(acc[I][p], la[I * (I + 1) / 2 + kb], bb);
+        }
+      }
+#pragma unroll
+      for (int I = 0; I < 4; ++I)
+#pragma unroll
+        for (int ntp = 0; ntp < 2; ++ntp) {
+          uint32_t x0[NT], x1[NT];
+          split2<NT>(-acc[I][0][2 * ntp], -acc[I][0][2 * ntp + 1], x0);
+          split2<NT>(-acc[I][1][2 * ntp], -acc[I][1][2 * ntp + 1], x1);
+          const int slot = ((I * (K / 16) + kbp) * 2 + ntp) * 32 + lane;
+          store_slot<NT>(blob + Lw::kWA + static_cast<int64_t>(slot) * NT * 8, x0, x1);
+        }
+    }
+  } else {
+    // ---- W_zᵀ = Zᵀ Lᵀ (Z = w ⊙ v), fp32 accumulator tiles ----
+    uint32_t lt[20][NT * 2];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int kb = 0; kb <= nt / 2; ++kb) {
+        const int idx = (nt / 2) * (nt / 2 + 1) + (nt % 2) * (nt / 2 + 1) + kb;
+        const int r = 8 * nt + g;
+#pragma unroll
+        for (int reg = 0; reg < 2; ++reg) {
+          const int c = 16 * kb + 2 * t + 8 * reg;
+          uint32_t x[NT];
+          split2<NT>(s.T[r][c], s.T[r][c + 1], x);
+#pragma unroll
+          for (int i = 0; i < NT; ++i) lt[idx][2 * i + reg] = x[i];
+        }
+      }
+    const InT* vp = static_cast<const InT*>(A.v.p);
+    const InT* wp = static_cast<const InT*>(A.w.p);
+    auto zval = [&](int j, int vv) -> float {
+      if (j >= Cn) return 0.f;
+      const float wv = chan_bw ? to_f(wp[off(A.w, j) + vv]) : s.wrow[j];
+      return wv * to_f(vp[off(A.v, j) + vv]);
+    };
+    const int nvb = static_cast<int>(A.V / 16);
+    for (int vb = warp - 2; vb < nvb; vb += 2) {
+      uint32_t za[4][NT * 4];
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+        for (int reg = 0; reg < 4; ++reg) {
+          const int vv = 16 * vb + g + ((reg & 1) ? 8 : 0), j = 16 * kb + 2 * t + ((reg & 2) ? 8 : 0);
+          uint32_t x[NT];
+          split2<NT>(zval(j, vv), zval(j + 1, vv), x);
+#pragma unroll
+          for (int i = 0; i < NT; ++i) za[kb][4 * i + reg] = x[i];
+        }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int kb = 0; kb <= nt / 2; ++kb)
+          mma_split<NT, NT>(acc, za[kb], lt[(nt / 2) * (nt / 2 + 1) + (nt % 2) * (nt / 2 + 1) + kb]);
+        const int slot = ((vb * 4 + nt / 2) * 2 + (nt & 1)) * 32 + lane;
+        *reinterpret_cast<float4*>(blob + Lw::kWZ + static_cast<int64_t>(slot) * 16) =
+            make_float4(acc[0], acc[1], acc[2], acc[3]);
+      }
+    }
+  }
+}
+
+// Chunk bases of packed sequences: base[n] = sum_{m<n} ceil(len_m / 64), one block.
+__global__ void chunk_base_kernel(const Args A, int64_t* base) {
+  __shared__ int64_t sums[1024];
+  const int tid = threadIdx.x;
+  const int64_t N = A.N, per = (N + 1023) / 1024;
+  const int64_t lo = tid * per < N ? tid * per : N;
+  const int64_t hi = lo + per < N ? lo + per : N;
+  int64_t mine = 0;
+  for (int64_t i = lo; i < hi; ++i) mine += (seq_span(A, i).len + kC - 1) / kC;
+  sums[tid] = mine;
+  __syncthreads();
+  for (int o = 1; o < 1024; o <<= 1) {
+    const int64_t x = tid >= o ? sums[tid - o] : 0;
+    __syncthreads();
+    sums[tid] += x;
+    __syncthreads();
+  }
+  int64_t run = sums[tid] - mine;
+  for (int64_t i = lo; i < hi; ++i) {
+    base[i] = run;
+    run += (seq_span(A, i).len + kC - 1) / kC;
+  }
+  if (tid == 1023) base[N] = sums[1023];
+}
+
+template <class InT, int K, int NT, int NTQ>
+cudaError_t launch_prep_t(const Args& A, int64_t grid_chunks, cudaStream_t st) {
+  const int smem = static_cast<int>(sizeof(PrepSmem<InT, K>));
+  auto kern = prep_kernel<InT, K, NT, NTQ>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  if (grid_chunks == 0 || A.H == 0) return cudaSuccess;
+  kern<<<dim3(static_cast<unsigned>(grid_chunks), static_cast<unsigned>(A.H)), kThreads, smem, st>>>(
+      A, grid_chunks);
+  return cudaGetLastError();
+}
+
+template <int K>
+cudaError_t launch_prep_bf16(const Args& A, Mode m, int64_t grid_chunks, cudaStream_t st) {
+  if (m == Mode::bf16_single) return launch_prep_t<__nv_bfloat16, K, 1, 1>(A, grid_chunks, st);
+  return launch_prep_t<__nv_bfloat16, K, 2, 1>(A, grid_chunks, st);
+}
+
+}  // namespace
+
+int prep_smem_bytes(int K, bool fp32_inputs) {
+  if (K == 64)
+    return fp32_inputs ? sizeof(PrepSmem<float, 64>) : sizeof(PrepSmem<__nv_bfloat16, 64>);
+  return fp32_inputs ? sizeof(PrepSmem<float, 128>) : sizeof(PrepSmem<__nv_bfloat16, 128>);
+}
+
+cudaError_t launch_chunk_base(const Args& A, int64_t* base, cudaStream_t st) {
+  chunk_base_kernel<<<1, 1024, 0, st>>>(A, base);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_prep(const Args& A, bool fp32_inputs, Mode m, int64_t grid_chunks,
+                        cudaStream_t st) {
+  // fp32 inputs take the fp32 mode (three-term split); bf16 inputs a bf16 mode.
+  if (fp32_inputs != (m == Mode::fp32)) return cudaErrorInvalidValue;
+  if (fp32_inputs) {
+    if (A.K == 64) return launch_prep_t<float, 64, 3, 3>(A, grid_chunks, st);
+    return launch_prep_t<float, 128, 3, 3>(A, grid_chunks, st);
+  }
+  if (A.K == 64) return launch_prep_bf16<64>(A, m, grid_chunks, st);
+  return launch_prep_bf16<128>(A, m, grid_chunks, st);
+}
+
+}  // namespace qed::kernels::chunked

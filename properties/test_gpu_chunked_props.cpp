@@ -1,0 +1,248 @@
+// Properties of the CUDA chunked forward beyond accuracy: state passing across calls (P2),
+// packed sequences equal separate calls bit for bit, determinism, steep decays (g = -20 per step:
+// finite and accurate) and alpha = 1, poisoned outputs fully overwritten, agreement with the
+// CUDA recurrent kernel, argument checks, and two mutants (one bf16 term on the state path; no
+// element-wise path for steep decays) that the accuracy and decay checks must catch.
+// Replay: QED_GPU_SEED=<seed> ./test_gpu_chunked_props --gtest_filter=<test>
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/chunked_api.hpp"
+#include "kernels/host_run.hpp"
+#include "properties/test_gpu_chunked_support.hpp"
+
+namespace {
+
+using namespace qed;
+using namespace qed::gpu_chunked;
+using fixtures::Regime;
+
+reference::Inputs<double> slice(const reference::Inputs<double>& in, int64_t t0, int64_t t1) {
+  // Tokens [t0, t1) of a B = N dense case (no cu_seqlens).
+  reference::Inputs<double> o = in;
+  const auto& d = in.dims;
+  o.dims.T = t1 - t0;
+  auto cut = [&](const std::vector<double>& x, int64_t D) {
+    if (x.empty()) return x;
+    std::vector<double> y;
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t i = 0; i < d.H * D; ++i) y.push_back(x[((b * d.T + t) * d.H) * D + i]);
+    return y;
+  };
+  o.q = cut(in.q, d.K);
+  o.k = cut(in.k, d.K);
+  o.v = cut(in.v, d.V);
+  o.g = cut(in.g, in.g.size() == static_cast<size_t>(d.B * d.T * d.H) ? 1 : d.K);
+  o.b = cut(in.b, d.K);
+  o.w = cut(in.w, d.V);
+  o.beta = cut(in.beta, 1);
+  return o;
+}
+
+// P2: [0, tau) then [tau, T) from the first part's ht equals one run, for tau not a multiple of 64.
+TEST(GpuChunkedProps, StatePassingAcrossCalls) {
+  REQUIRE_DEVICE();
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    fixtures::GenSpec g;
+    g.variant = Variant::qed;
+    g.arm = Arm::full;
+    g.dims = {2, 300, 2, 128, 64};
+    g.regime = Regime::hard;
+    g.lambda = 0.9;
+    g.with_h0 = true;
+    g.seed = base_seed() + 20;
+    const auto whole = kernels::run_chunked(fixtures::generate(g), dt);
+    const auto& in = whole.inputs;
+    const int64_t tau = 137;
+    const auto first = kernels::run_chunked(slice(in, 0, tau), dt);
+    auto second_in = slice(in, tau, g.dims.T);
+    second_in.h0 = first.outputs.ht;
+    const auto second = kernels::run_chunked(second_in, dt);
+    std::vector<double> o_cat;
+    const int64_t row = g.dims.H * g.dims.V;
+    for (int64_t b = 0; b < g.dims.B; ++b) {
+      const auto* a = first.outputs.o.data() + b * tau * row;
+      const auto* c = second.outputs.o.data() + b * (g.dims.T - tau) * row;
+      o_cat.insert(o_cat.end(), a, a + tau * row);
+      o_cat.insert(o_cat.end(), c, c + (g.dims.T - tau) * row);
+    }
+    const double eo = rel_err(o_cat, whole.outputs.o), eh = rel_err(second.outputs.ht, whole.outputs.ht);
+    const double tol = dt == DType::fp32 ? 1e-5 : 5e-4;
+    std::printf("[P2] %s | o %.2e ht %.2e\n", describe(g, dt).c_str(), eo, eh);
+    EXPECT_TRUE(eo <= tol) << describe(g, dt) << ": split-run o differs by " << eo;
+    EXPECT_TRUE(eh <= tol) << describe(g, dt) << ": split-run ht differs by " << eh;
+  }
+}
+
+// Chunks never straddle sequences: a packed call equals separate calls exactly, and two calls
+// give identical bits (no atomics, fixed reduction orders).
+TEST(GpuChunkedProps, PackedEqualsSeparateAndDeterministic) {
+  REQUIRE_DEVICE();
+  fixtures::GenSpec g;
+  g.variant = Variant::qed;
+  g.arm = Arm::rand;
+  g.seqlens = {65, 0, 1, 128, 70};
+  g.dims = {1, 264, 2, 64, 64};
+  g.with_h0 = true;
+  g.seed = base_seed() + 21;
+  const auto packed = kernels::run_chunked(fixtures::generate(g), DType::bf16);
+  const auto again = kernels::run_chunked(fixtures::generate(g), DType::bf16);
+  EXPECT_TRUE(packed.outputs.o == again.outputs.o && packed.outputs.ht == again.outputs.ht)
+      << describe(g, DType::bf16) << ": two identical calls differ";
+  const auto& in = packed.inputs;
+  const int64_t row = g.dims.H * g.dims.V, srow = g.dims.H * g.dims.K * g.dims.V;
+  for (size_t n = 0; n + 1 < in.cu_seqlens.size(); ++n) {
+    const int64_t a = in.cu_seqlens[n], b = in.cu_seqlens[n + 1];
+    if (a == b) continue;
+    reference::Inputs<double> one = slice(in, a, b);
+    one.cu_seqlens.clear();
+    one.h0.assign(in.h0.begin() + n * srow, in.h0.begin() + (n + 1) * srow);
+    const auto sep = kernels::run_chunked(one, DType::bf16);
+    const std::vector<double> po(packed.outputs.o.begin() + a * row, packed.outputs.o.begin() + b * row);
+    const std::vector<double> ph(packed.outputs.ht.begin() + n * srow,
+                                 packed.outputs.ht.begin() + (n + 1) * srow);
+    EXPECT_TRUE(po == sep.outputs.o && ph == sep.outputs.ht)
+        << describe(g, DType::bf16) << ": sequence " << n << " differs from its separate call";
+  }
+}
+
+fixtures::GenSpec steep(Variant v, Arm a, uint64_t seed) {
+  fixtures::GenSpec g;
+  g.variant = v;
+  g.arm = a;
+  g.dims = {1, 200, 2, 128, 128};
+  g.lambda = 1.0;
+  g.with_h0 = true;
+  g.seed = seed;
+  return g;
+}
+
+// g = -20 on every step and channel, or uniform in [-20, 0]: no overflow, no NaN, and the usual
+// accuracy; g = 0 exactly (alpha = 1) is the a1b1 regime of test_gpu_chunked.
+Result run_steep(const fixtures::GenSpec& g, DType dt, bool uniform) {
+  auto in = fixtures::generate(g);
+  fixtures::Rng rng(g.seed + 99);
+  for (auto& x : in.g) x = uniform ? -20.0 * rng.uniform() : -20.0;
+  Result r;
+  r.gpu = kernels::run_chunked(in, dt);
+  r.ref = reference::recurrent_forward(r.gpu.inputs);
+  r.eo = rel_err(r.gpu.outputs.o, r.ref.o);
+  r.eht = rel_err(r.gpu.outputs.ht, r.ref.ht);
+  return r;
+}
+
+TEST(GpuChunkedProps, SteepDecaysStayFiniteAndAccurate) {
+  REQUIRE_DEVICE();
+  int i = 0;
+  for (auto [v, a] : std::vector<std::pair<Variant, Arm>>{{Variant::gdn2, Arm::none},
+                                                         {Variant::qed, Arm::full}})
+    for (DType dt : {DType::fp32, DType::bf16})
+      for (bool uniform : {false, true}) {
+        const auto g = steep(v, a, base_seed() + 30 + static_cast<uint64_t>(i++));
+        const Result r = run_steep(g, dt, uniform);
+        const double to = dt == DType::fp32 ? 1e-5 : 1.5e-2, th = dt == DType::fp32 ? 1e-5 : 2.4e-4;
+        std::printf("[steep %s] %s | o %.2e ht %.2e\n", uniform ? "uniform" : "-20",
+                    describe(g, dt).c_str(), r.eo, r.eht);
+        EXPECT_TRUE(all_finite(r.gpu.outputs.o) && all_finite(r.gpu.outputs.ht)) << describe(g, dt);
+        EXPECT_TRUE(r.eo <= to) << describe(g, dt) << ": relF(o) = " << r.eo;
+        EXPECT_TRUE(r.eht <= th) << describe(g, dt) << ": relF(ht) = " << r.eht;
+      }
+}
+
+TEST(GpuChunkedProps, PoisonedOutputsFullyOverwritten) {
+  REQUIRE_DEVICE();
+  for (DType out : {DType::fp32, DType::bf16}) {
+    fixtures::GenSpec g;
+    g.variant = Variant::kda;
+    g.seqlens = {0, 3, 64, 0, 129, 1};
+    g.dims = {1, 197, 3, 128, 128};
+    g.seed = base_seed() + 40;
+    const auto r = kernels::run_chunked(fixtures::generate(g), DType::bf16, true, out);
+    EXPECT_TRUE(all_finite(r.outputs.o)) << describe(g, DType::bf16) << ": o has unwritten elements";
+    EXPECT_TRUE(all_finite(r.outputs.ht)) << describe(g, DType::bf16) << ": ht has unwritten elements";
+    EXPECT_TRUE(all_finite(r.chunk_states)) << describe(g, DType::bf16) << ": chunk states unwritten";
+  }
+}
+
+TEST(GpuChunkedProps, AgreesWithRecurrentKernel) {
+  REQUIRE_DEVICE();
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    fixtures::GenSpec g;
+    g.variant = Variant::qed;
+    g.arm = Arm::nogate_noproj;
+    g.dims = {2, 333, 2, 128, 128};
+    g.regime = Regime::mixed;
+    g.with_h0 = true;
+    g.seed = base_seed() + 50;
+    const auto in = fixtures::generate(g);
+    const auto c = kernels::run_chunked(in, dt);
+    const auto rr = kernels::run_recurrent(in, nullptr, dt);
+    const double eo = rel_err(c.outputs.o, rr.outputs.o), eh = rel_err(c.outputs.ht, rr.outputs.ht);
+    const double tol = dt == DType::fp32 ? 1e-5 : 2e-2;
+    std::printf("[vs cuda-recurrent] %s | o %.2e ht %.2e\n", describe(g, dt).c_str(), eo, eh);
+    EXPECT_TRUE(eo <= tol) << describe(g, dt) << ": chunked vs recurrent kernel o " << eo;
+    EXPECT_TRUE(eh <= (dt == DType::fp32 ? 1e-5 : 5e-4)) << describe(g, dt) << ": ht " << eh;
+  }
+}
+
+TEST(GpuChunkedProps, ArgumentChecks) {
+  // Validation runs before any device work, so this needs no GPU.
+  kernels::ChunkedForwardParams p;
+  p.problem.B = 1;
+  p.problem.T = 64;
+  p.problem.H = 1;
+  p.problem.K = 32;
+  p.problem.V = 64;
+  alignas(16) static unsigned char dummy[64 * 64 * 4];
+  p.in.q = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 32);
+  p.in.k = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 32);
+  p.in.v = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 64);
+  p.in.g = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 32);
+  p.in.b = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 32);
+  p.in.w = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 64);
+  p.o = kernels::seq_tensor_out(dummy, DType::bf16, 64, 1, 64);
+  size_t bytes = 0;
+  kernels::Status s = kernels::chunked_forward_workspace(p, &bytes);
+  EXPECT_EQ(s.code, kernels::StatusCode::unsupported) << s.message;
+  EXPECT_NE(s.message.find("K = 32"), std::string::npos) << s.message;
+  p.problem.K = 64;
+  p.in.q = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 64);
+  p.in.k = kernels::seq_tensor(dummy, DType::fp32, 64, 1, 64);
+  p.in.g = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 64);
+  p.in.b = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 64);
+  s = kernels::chunked_forward_workspace(p, &bytes);
+  EXPECT_EQ(s.code, kernels::StatusCode::invalid_argument) << s.message;
+  EXPECT_NE(s.message.find("k dtype"), std::string::npos) << s.message;
+  p.in.k = kernels::seq_tensor(dummy, DType::bf16, 64, 1, 64);
+  s = kernels::chunked_forward_workspace(p, &bytes);
+  EXPECT_TRUE(s.ok()) << s.message;
+  EXPECT_GT(bytes, 0u);
+}
+
+// Mutants: the accuracy and steep-decay checks above must fail on these kernels.
+TEST(GpuChunkedProps, MutantSingleBf16TermFailsHtTolerance) {
+  REQUIRE_DEVICE();
+  ScopedEnv env("QEDCHECK_CHUNKED_MUTANT", "single");
+  fixtures::GenSpec g;
+  g.variant = Variant::gdn2;
+  g.dims = {1, quick() ? 1000 : 2000, 2, 128, 128};
+  g.regime = Regime::hard;
+  g.seed = base_seed() + 60;
+  const Result r = run_case(g, DType::bf16, false);
+  std::printf("[mutant single] %s | o %.2e ht %.2e\n", describe(g, DType::bf16).c_str(), r.eo, r.eht);
+  EXPECT_GT(r.eht, 5.2e-4) << "the single-term mutant passes the ht tolerance: the check is too weak";
+}
+
+TEST(GpuChunkedProps, MutantNoSteepDecayFallbackIsCaught) {
+  REQUIRE_DEVICE();
+  ScopedEnv env("QEDCHECK_CHUNKED_MUTANT", "nofallback");
+  const auto g = steep(Variant::gdn2, Arm::none, base_seed() + 61);
+  const Result r = run_steep(g, DType::fp32, false);
+  std::printf("[mutant nofallback] %s | o %.2e ht %.2e\n", describe(g, DType::fp32).c_str(), r.eo,
+              r.eht);
+  EXPECT_FALSE(all_finite(r.gpu.outputs.o) && r.eo <= 1e-5)
+      << "the no-fallback mutant passes the steep-decay check";
+}
+
+}  // namespace
