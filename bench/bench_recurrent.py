@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Recurrent kernels side by side with flash-linear-attention's fused_recurrent_gdn2, on the same
+inputs, in one process: forward over whole sequences, the decode step under CUDA-graph replay,
+and our backward (time and ratio to our forward). CUDA events, warm-up, median of many
+repetitions (device/METHOD.md). Writes bench_recurrent.md and .json into --out and prints the
+table last.
+
+Run by ci/device.sh as: python3 bench/bench_recurrent.py --lib BUILD/libqed_bench.so --out $OUT
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+FP32, BF16, FP16 = 0, 1, 2
+GDN2, ARM_NONE = 0, 0
+VP = ctypes.c_void_p
+I64 = ctypes.c_int64
+
+
+def load_lib(path):
+    lib = ctypes.CDLL(path)
+    lib.qed_rec_forward.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, I64, I64,
+                                    ctypes.c_float, ctypes.c_int] + [VP] * 12 + [VP, ctypes.c_char_p, ctypes.c_int]
+    lib.qed_rec_decode.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, I64,
+                                   ctypes.c_float, ctypes.c_int] + [VP] * 11 + [I64, VP, VP,
+                                                                                 ctypes.c_char_p, ctypes.c_int]
+    lib.qed_rec_backward.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, I64, I64,
+                                     ctypes.c_float, ctypes.c_int] + [VP] * 23 + [ctypes.c_uint64, VP,
+                                                                                  ctypes.c_char_p, ctypes.c_int]
+    lib.qed_rec_backward_workspace.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, I64, I64]
+    lib.qed_rec_backward_workspace.restype = ctypes.c_uint64
+    return lib
+
+
+def ptr(t):
+    return None if t is None else ctypes.c_void_p(t.data_ptr())
+
+
+def stream():
+    return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+
+def check(rc, err, what):
+    if rc != 0:
+        raise RuntimeError(f"{what}: status {rc}: {err.value.decode()}")
+
+
+def time_ms(fn, warmup=3, reps=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times), min(times), max(times)
+
+
+def graph_us(fn, replays=200, rounds=7):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(10):
+        g.replay()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(rounds):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(replays):
+            g.replay()
+        b.record()
+        b.synchronize()
+        per.append(a.elapsed_time(b) * 1000.0 / replays)
+    return statistics.median(per), min(per), max(per)
+
+
+def gdn2_inputs(B, T, H, K, V, dtype, gen):
+    dev = "cuda"
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev, generator=gen), dim=-1).to(dtype)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev, generator=gen), dim=-1).to(dtype)
+    v = torch.randn(B, T, H, V, device=dev, generator=gen).to(dtype)
+    g = torch.nn.functional.logsigmoid(torch.randn(B, T, H, K, device=dev, generator=gen)).to(dtype)
+    b = torch.sigmoid(torch.randn(B, T, H, K, device=dev, generator=gen)).to(dtype)
+    w = torch.sigmoid(torch.randn(B, T, H, V, device=dev, generator=gen)).to(dtype)
+    return q, k, v, g, b, w
+
+
+def rel(a, b):
+    a = a.float()
+    b = b.float()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    lib = load_lib(args.lib)
+    err = ctypes.create_string_buffer(1024)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+    rows = []
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    try:
+        from fla.ops.gdn2 import fused_recurrent_gdn2
+        from fla.ops.gdn2.fused_recurrent import fused_recurrent_gdn2_fwd
+        import fla
+        res["fla"] = getattr(fla, "__version__", "?")
+        have_peer = True
+    except Exception as e:  # the table says so; our numbers still count
+        print(f"peer unavailable: {e!r}", file=sys.stderr)
+        have_peer = False
+
+    # ---- forward over whole sequences ----
+    B, T, H, K, V = (8, 4096, 16, 128, 128) if not args.quick else (2, 512, 16, 128, 128)
+    scale = K ** -0.5
+    q, k, v, g, b, w = gdn2_inputs(B, T, H, K, V, torch.bfloat16, gen)
+    o = torch.empty_like(v)
+    ht = torch.empty(B, H, K, V, device="cuda", dtype=torch.float32)
+
+    def ours_fwd(o=o, ht_=None):
+        check(lib.qed_rec_forward(GDN2, ARM_NONE, B, T, H, K, V, scale, BF16, ptr(q), ptr(k), ptr(v),
+                                  ptr(g), ptr(b), ptr(w), None, None, None, None, ptr(o), ptr(ht_),
+                                  stream(), err, len(err)), err, "qed_rec_forward")
+
+    ours_fwd(ht_=ht)
+    torch.cuda.synchronize()
+    f_ours = [time_ms(ours_fwd, reps=15) for _ in range(2)]
+    res["forward"] = {"shape": [B, T, H, K, V], "dtype": "bf16", "ours_ms": [x[0] for x in f_ours]}
+    line = {"what": f"forward [B,T,H,K]=[{B},{T},{H},{K}] V={V} bf16", "ours": f"{f_ours[0][0]:.3f} ms"}
+    if have_peer:
+        po, pht = fused_recurrent_gdn2(q, k, v, g, b, w, scale=scale, output_final_state=True)
+        torch.cuda.synchronize()
+        res["forward"]["rel_o_vs_peer"] = rel(o, po)
+        res["forward"]["rel_ht_vs_peer"] = rel(ht, pht)
+        peer_fwd = lambda: fused_recurrent_gdn2(q, k, v, g, b, w, scale=scale)
+        f_peer = [time_ms(peer_fwd, reps=10) for _ in range(2)]
+        res["forward"]["peer_ms"] = [x[0] for x in f_peer]
+        line["peer"] = f"{f_peer[0][0]:.3f} ms"
+        line["ratio"] = f"{f_peer[0][0] / f_ours[0][0]:.2f}x faster"
+        line["note"] = f"rel(o) {res['forward']['rel_o_vs_peer']:.1e}, rel(ht) {res['forward']['rel_ht_vs_peer']:.1e}; repeat {f_ours[1][0]:.3f} / {f_peer[1][0]:.3f} ms"
+    rows.append(line)
+
+    # ---- backward (ours only: the peer's recurrent kernel has no backward) ----
+    dout = torch.randn(B, T, H, V, device="cuda", generator=gen).to(torch.bfloat16)
+    grads = [torch.empty_like(q) for _ in range(2)] + [torch.empty_like(v)] + [torch.empty_like(g), torch.empty_like(b), torch.empty_like(w)]
+    dh0 = torch.empty(B, H, K, V, device="cuda", dtype=torch.float32)
+    wsb = lib.qed_rec_backward_workspace(GDN2, ARM_NONE, B, T, H, K, V)
+    ws = torch.empty(wsb, device="cuda", dtype=torch.uint8)
+
+    def ours_bwd():
+        dq, dk, dv, dg, db, dw = grads
+        check(lib.qed_rec_backward(GDN2, ARM_NONE, B, T, H, K, V, scale, BF16, ptr(q), ptr(k), ptr(v),
+                                   ptr(g), ptr(b), ptr(w), None, None, None, None, ptr(dout), None,
+                                   ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dw), None, None,
+                                   None, ptr(dh0), ptr(ws), wsb, stream(), err, len(err)), err,
+              "qed_rec_backward")
+
+    bw = [time_ms(ours_bwd, warmup=2, reps=5) for _ in range(2)]
+    res["backward"] = {"ours_ms": [x[0] for x in bw], "workspace_bytes": wsb,
+                       "ratio_to_forward": bw[0][0] / f_ours[0][0]}
+    rows.append({"what": "backward, same shape (dq dk dv dg db dw dh0)", "ours": f"{bw[0][0]:.3f} ms",
+                 "peer": "-", "ratio": f"{bw[0][0] / f_ours[0][0]:.1f}x our forward",
+                 "note": f"repeat {bw[1][0]:.3f} ms; workspace {wsb / 2**30:.2f} GiB"})
+    del ws, grads, dout
+    torch.cuda.empty_cache()
+
+    # ---- decode step, CUDA-graph replay ----
+    H, K, V = 16, 128, 128
+    for Bd in (1, 512):
+        qd, kd, vd, gd, bd, wd = gdn2_inputs(Bd, 1, H, K, V, torch.bfloat16, gen)
+        slots = Bd
+        pool = (0.1 * torch.randn(slots, H, K, V, device="cuda", generator=gen)).float()
+        pool_peer = pool.clone()
+        idx = torch.randperm(slots, device="cuda", generator=gen).to(torch.int32)
+        od = torch.empty_like(vd)
+        od_peer = torch.empty_like(vd)
+
+        def ours_dec():
+            check(lib.qed_rec_decode(GDN2, ARM_NONE, Bd, H, K, V, scale, BF16, ptr(qd), ptr(kd), ptr(vd),
+                                     ptr(gd), ptr(bd), ptr(wd), None, None, None, ptr(pool), ptr(idx),
+                                     slots, ptr(od), stream(), err, len(err)), err, "qed_rec_decode")
+
+        nbytes = 2 * Bd * H * K * V * 4 + Bd * H * (4 * K + 3 * V) * 2 + Bd * 4
+        d_ours = graph_us(ours_dec)
+        line = {"what": f"decode B={Bd} H={H} K=V={K} fp32 state, graph replay",
+                "ours": f"{d_ours[0]:.2f} us ({nbytes / d_ours[0] / 1e6:.2f} TB/s)"}
+        res[f"decode_B{Bd}"] = {"ours_us": d_ours[0], "ours_TBps": nbytes / d_ours[0] / 1e6, "bytes": nbytes}
+        if have_peer:
+            def peer_dec():
+                fused_recurrent_gdn2_fwd(qd, kd, vd, gd, bd, wd, initial_state=pool_peer, scale=scale,
+                                         inplace_final_state=True, ssm_state_indices=idx, out=od_peer)
+            # same function: one step from identical states gives the same outputs and states
+            p0 = pool.clone()
+            pool_peer.copy_(p0)
+            ours_dec()
+            peer_dec()
+            torch.cuda.synchronize()
+            res[f"decode_B{Bd}"]["rel_o_vs_peer"] = rel(od, od_peer)
+            res[f"decode_B{Bd}"]["rel_state_vs_peer"] = rel(pool, pool_peer)
+            d_peer = graph_us(peer_dec)
+            res[f"decode_B{Bd}"].update({"peer_us": d_peer[0], "peer_TBps": nbytes / d_peer[0] / 1e6})
+            line["peer"] = f"{d_peer[0]:.2f} us ({nbytes / d_peer[0] / 1e6:.2f} TB/s)"
+            line["ratio"] = f"{d_peer[0] / d_ours[0]:.2f}x faster"
+            line["note"] = (f"rel(o) {res[f'decode_B{Bd}']['rel_o_vs_peer']:.1e}, "
+                            f"rel(state) {res[f'decode_B{Bd}']['rel_state_vs_peer']:.1e}")
+        rows.append(line)
+        del pool, pool_peer
+
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench_recurrent.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    md = ["| benchmark | ours | peer (fla fused_recurrent_gdn2) | ratio | note |",
+          "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        md.append(f"| {r['what']} | {r['ours']} | {r.get('peer', '-')} | {r.get('ratio', '-')} | {r.get('note', '')} |")
+    text = "\n".join(md)
+    with open(os.path.join(args.out, "bench_recurrent.md"), "w") as f:
+        f.write(f"device: {res['device']}, torch {res['torch']}, fla {res.get('fla', 'n/a')}\n\n" + text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

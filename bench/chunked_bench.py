@@ -1,0 +1,510 @@
+#!/usr/bin/env python3
+"""The CUDA chunked forward side by side with flash-linear-attention's chunk_gdn2 on the same
+bf16 inputs, in one process:
+  1. diagnostics: the workspace fragments of one chunk decoded and compared with float64
+     matrices (W_a, Q~, K^, M, W_z, gamma), and every variant/arm end to end against a float64
+     recurrence (fp32 and bf16 inputs);
+  2. accuracy at K = V = 128, T = 4096 (regimes std, mixed, hard): relF of o and ht against
+     float64 on the same bf16 inputs, ours vs peer;
+  3. timings (CUDA events, warm-up, median): ours GDN-2 and QED (full, lambda = 1), each pass
+     alone, value-tile widths, the peer, and the memory floor from a measured copy bandwidth.
+Writes chunked_forward.md and .json into --out; prints the tables last.
+
+python3 bench/chunked_bench.py --lib libqed_bench.so --out $OUT [--quick] [--skip-peer]
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+FP32, BF16 = 0, 1
+VARIANT = {"gdn2": 0, "qed": 1, "kda": 2, "gdn": 3, "deltanet": 4}
+ARM = {"none": 0, "full": 1, "nogate": 2, "nogate_noproj": 3, "rand": 4}
+DEV = "cuda"
+
+
+class Chunked:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        f = self.lib.qed_chunked_forward
+        f.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_float, ctypes.POINTER(ctypes.c_void_p),
+                      ctypes.POINTER(ctypes.c_uint64), ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+                      ctypes.c_int]
+        f.restype = ctypes.c_int
+        self.f = f
+        self.err = ctypes.create_string_buffer(2048)
+        self.ws = torch.empty(0, dtype=torch.uint8, device=DEV)
+
+    def prepare(self, x, o, ht=None, cs=None, cu=None, o_dtype=BF16):
+        """Returns a zero-argument launcher for inputs dict x (q k v g b w beta lam r h0)."""
+        q, v = x["q"], x["v"]
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        dt = FP32 if q.dtype == torch.float32 else BF16
+        g = x.get("g")
+        gdt = FP32 if (g is not None and g.dtype == torch.float32) else dt
+        N = 0 if cu is None else cu.numel() - 1
+        shape = (ctypes.c_int64 * 11)(VARIANT[x["variant"]], ARM[x["arm"]], B, T, H, K, V, dt, gdt,
+                                      o_dtype, N)
+        ts = [x.get(n) for n in ("q", "k", "v", "g", "b", "w", "beta", "lam", "r", "h0")]
+        ts += [o, ht, cs, cu, None]
+        ptrs = (ctypes.c_void_p * 15)(*[None if t is None else t.data_ptr() for t in ts])
+        nb = ctypes.c_uint64(0)
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        rc = self.f(shape, float(x["scale"]), ptrs, ctypes.byref(nb), 1, stream, self.err, 2048)
+        if rc != 0:
+            raise RuntimeError(f"workspace query: status {rc}: {self.err.value.decode()}")
+        if self.ws.numel() < nb.value:
+            self.ws = torch.empty(nb.value, dtype=torch.uint8, device=DEV)
+        ptrs[14] = self.ws.data_ptr()
+        nb2 = ctypes.c_uint64(self.ws.numel())
+        f, err = self.f, self.err
+
+        def run():
+            rc = f(shape, float(x["scale"]), ptrs, ctypes.byref(nb2), 0, stream, err, 2048)
+            if rc != 0:
+                raise RuntimeError(f"chunked_forward: status {rc}: {err.value.decode()}")
+        return run
+
+    def forward(self, x, o_dtype=BF16, want_cs=False, cu=None):
+        q, v = x["q"], x["v"]
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        N = B if cu is None else cu.numel() - 1
+        od = torch.float32 if o_dtype == FP32 else torch.bfloat16
+        o = torch.full((B, T, H, V), float("nan"), dtype=od, device=DEV)
+        ht = torch.full((N, H, K, V), float("nan"), dtype=torch.float32, device=DEV)
+        cs = None
+        if want_cs:
+            cs = torch.full((N * ((T + 63) // 64), H, K, V), float("nan"), device=DEV)
+        self.prepare(x, o, ht, cs, cu, o_dtype)()
+        torch.cuda.synchronize()
+        return o, ht, cs
+
+
+# ---------------------------------------------------------------- inputs and references
+
+def make_inputs(B, T, H, K, V, variant="gdn2", arm="none", regime="std", dtype=torch.bfloat16,
+                lam=1.0, seed=0, h0=False):
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    rn = lambda *s: torch.randn(*s, device=DEV, generator=gen)
+    q = F.normalize(rn(B, T, H, K), dim=-1)
+    k = rn(B, T, H, K)
+    if regime == "hard_corr":  # a common direction per head: mean pairwise cosine about 0.5
+        c = rn(1, 1, H, K)
+        k = k + c / c.norm(dim=-1, keepdim=True) * math.sqrt(K)
+    k = F.normalize(k, dim=-1)
+    v = rn(B, T, H, V)
+    if regime == "mixed":
+        mu_g = torch.linspace(-1, 7, K, device=DEV)
+    elif regime in ("hard", "hard_corr"):
+        mu_g = torch.full((K,), 7.0, device=DEV)
+    else:
+        mu_g = torch.zeros(K, device=DEV)
+    mu_b = 4.0 if regime in ("hard", "hard_corr") else 0.0
+    x = {"variant": variant, "arm": arm, "scale": K ** -0.5}
+    if variant in ("gdn2", "qed", "kda"):
+        x["g"] = F.logsigmoid(mu_g + rn(B, T, H, K))
+    elif variant == "gdn":
+        x["g"] = F.logsigmoid(rn(B, T, H))
+    if variant in ("gdn2", "qed"):
+        x["b"] = torch.sigmoid(mu_b + rn(B, T, H, K))
+        x["w"] = torch.sigmoid(rn(B, T, H, V))
+    else:
+        x["beta"] = torch.sigmoid(rn(B, T, H))
+    if regime == "a1b1":
+        if "g" in x:
+            x["g"].zero_()
+        if "b" in x:
+            x["b"].fill_(1.0)
+        if "beta" in x:
+            x["beta"].fill_(1.0)
+    x.update(q=q, k=k, v=v)
+    for n in ("q", "k", "v", "g", "b", "w", "beta"):
+        if n in x:
+            x[n] = x[n].to(dtype).contiguous()
+    if variant == "qed":
+        x["lam"] = torch.full((H,), lam, device=DEV)
+        if arm == "rand":
+            x["r"] = F.normalize(rn(H, K), dim=-1).contiguous()
+    if h0:
+        N = B
+        x["h0"] = 0.5 * rn(N, H, K, V)
+    return x
+
+
+def ref_recurrent(x, cu=None):
+    """float64 recurrence (MATH.md §3) on the exact inputs; o [B,T,H,V], ht [N,H,K,V]."""
+    d = lambda n: x[n].double() if x.get(n) is not None else None
+    q, k, v = d("q"), d("k"), d("v")
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    var, arm = x["variant"], x["arm"]
+    g = d("g")
+    if g is None:
+        g = torch.zeros(B, T, H, K, dtype=torch.float64, device=DEV)
+    elif g.dim() == 3:
+        g = g[..., None].expand(B, T, H, K)
+    if var in ("gdn2", "qed"):
+        bb, ww = d("b"), d("w")
+    else:
+        bb = d("beta")[..., None].expand(B, T, H, K)
+        ww = d("beta")[..., None].expand(B, T, H, V)
+    lam = d("lam")
+    r = d("r")
+    spans = [(b, 0, T) for b in range(B)] if cu is None else [(0, int(cu[i]), int(cu[i + 1])) for i in range(cu.numel() - 1)]
+    o = torch.zeros(B, T, H, V, dtype=torch.float64, device=DEV)
+    hts = []
+    for n, (b, s0, s1) in enumerate(spans):
+        S = torch.zeros(H, K, V, dtype=torch.float64, device=DEV)
+        if x.get("h0") is not None:
+            S = x["h0"][n].double().clone()
+        for t in range(s0, s1):
+            kt, qt = k[b, t], q[b, t]
+            a = bb[b, t] * kt
+            if var == "qed":
+                m = {"full": bb[b, t] * qt, "nogate": qt, "nogate_noproj": qt,
+                     "rand": bb[b, t] * (r if r is not None else 0)}[arm]
+                if arm != "nogate_noproj":
+                    nn = (kt * kt).sum(-1, keepdim=True)
+                    km = (kt * m).sum(-1, keepdim=True)
+                    m = torch.where(nn > 0, m - kt * km / torch.where(nn > 0, nn, 1), m)
+                a = a + lam[:, None] * m
+            S = S * torch.exp(g[b, t])[..., None]
+            u = ww[b, t] * v[b, t] - torch.einsum("hk,hkv->hv", a, S)
+            S = S + kt[..., None] * u[:, None, :]
+            o[b, t] = x["scale"] * torch.einsum("hk,hkv->hv", qt, S)
+        hts.append(S)
+    return o, torch.stack(hts)
+
+
+def relF(a, b):
+    a = a.double()
+    b = b.double()
+    if not torch.isfinite(a).all():
+        return float("nan")
+    return ((a - b).norm() / b.norm()).item()
+
+
+# ---------------------------------------------------------------- workspace diagnostics
+
+def bf16_to_f32(u16):
+    return ((u16.to(torch.int32) & 0xFFFF) << 16).view(torch.float32)
+
+
+def decode_blob(blob, K, V, NT, NTQ):
+    """Matrices of one (chunk, head) workspace blob (kernels/chunked_common.cuh, WsLayout)."""
+    import numpy as np
+    sizes = [("WA", 4 * (K // 16) * 2 * 32 * NT * 8), ("QT", 4 * (K // 16) * 2 * 32 * NTQ * 8),
+             ("KH", 4 * 4 * (K // 32) * 32 * NT * 8), ("MM", 4 * 4 * 2 * 32 * NTQ * 8),
+             ("GC", 4 * K), ("WZ", (V // 16) * 4 * 2 * 32 * 16)]
+    reg, off = {}, 0
+    for n, s in sizes:
+        reg[n] = blob[off:off + s]
+        off += s
+
+    def frags(buf, nterm, dims):
+        x = bf16_to_f32(buf.view(torch.int16)).reshape(*dims, 32, nterm, 2, 2).sum(dim=-3)
+        return x.double().cpu().numpy()  # [..., lane, reg, half]
+    lanes = np.arange(32)
+    gq, tq = lanes // 4, lanes % 4
+    out = {}
+    # -W_a^T B-fragments: [w][kb][nt][lane][reg][half] -> W_a[16w+8nt+g][16kb+2t+half+8reg]
+    x = frags(reg["WA"], NT, (4, K // 16, 2))
+    W = np.zeros((64, K))
+    for w in range(4):
+        for kb in range(K // 16):
+            for nt in range(2):
+                for rg in range(2):
+                    for hf in range(2):
+                        W[16 * w + 8 * nt + gq, 16 * kb + 2 * tq + hf + 8 * rg] = -x[w, kb, nt, :, rg, hf]
+    out["W_a"] = W
+    x = frags(reg["QT"], NTQ, (4, K // 16, 2))
+    Q = np.zeros((64, K))
+    for w in range(4):
+        for kb in range(K // 16):
+            for nt in range(2):
+                for rg in range(2):
+                    for hf in range(2):
+                        Q[16 * w + 8 * nt + gq, 16 * kb + 2 * tq + hf + 8 * rg] = x[w, kb, nt, :, rg, hf]
+    out["Q~"] = Q
+    x = frags(reg["KH"], NT, (4, 4, K // 32))
+    KH = np.zeros((64, K))
+    for s in range(4):
+        for kb in range(4):
+            for nt in range(K // 32):
+                for rg in range(2):
+                    for hf in range(2):
+                        KH[16 * kb + 2 * tq + hf + 8 * rg, s * (K // 4) + 8 * nt + gq] = x[s, kb, nt, :, rg, hf]
+    out["K^"] = KH
+    x = frags(reg["MM"], NTQ, (4, 4, 2))
+    M = np.zeros((64, 64))
+    for w in range(4):
+        for kb in range(w + 1):
+            for nt in range(2):
+                for rg in range(2):
+                    for hf in range(2):
+                        M[16 * w + 8 * nt + gq, 16 * kb + 2 * tq + hf + 8 * rg] = x[w, kb, nt, :, rg, hf]
+    out["M"] = M
+    out["gamma"] = reg["GC"].view(torch.float32).double().cpu().numpy()
+    z = reg["WZ"].view(torch.float32).reshape(V // 16, 4, 2, 32, 4).double().cpu().numpy()
+    WZ = np.zeros((64, V))
+    for vb in range(V // 16):
+        for w in range(4):
+            for nt in range(2):
+                for e in range(4):
+                    WZ[16 * w + 8 * nt + 2 * tq + (e & 1), 16 * vb + gq + 8 * (e >> 1)] = z[vb, w, nt, :, e]
+    out["W_z"] = WZ
+    return out
+
+
+def chunk_matrices(x, b=0, h=0, c=0):
+    """float64 W_a, Q~, K^, M, W_z, gamma of chunk c of (b, h) (MATH.md §4)."""
+    sl = slice(64 * c, 64 * (c + 1))
+    q = x["q"][b, sl, h].double()
+    k = x["k"][b, sl, h].double()
+    v = x["v"][b, sl, h].double()
+    n = q.shape[0]
+    g = x["g"][b, sl, h].double() if x.get("g") is not None else torch.zeros_like(q)
+    if g.dim() == 1:
+        g = g[:, None].expand_as(q)
+    if x["variant"] in ("gdn2", "qed"):
+        bb, ww = x["b"][b, sl, h].double(), x["w"][b, sl, h].double()
+    else:
+        bb = x["beta"][b, sl, h].double()[:, None].expand_as(q)
+        ww = x["beta"][b, sl, h].double()[:, None].expand_as(v)
+    a = bb * k
+    if x["variant"] == "qed":
+        arm = x["arm"]
+        m = {"full": bb * q, "nogate": q, "nogate_noproj": q,
+             "rand": bb * x["r"][h].double() if "r" in x else None}[arm]
+        if arm != "nogate_noproj":
+            m = m - k * (k * m).sum(-1, keepdim=True) / (k * k).sum(-1, keepdim=True)
+        a = a + x["lam"][h].double() * m
+    G = torch.cumsum(g, 0)
+    E = torch.exp(G[:, None, :] - G[None, :, :])  # [r, j, c]
+    lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=DEV))
+    E = torch.where(lower[..., None], E, torch.zeros_like(E))
+    T = torch.einsum("rc,jc,rjc->rj", a, k, E) * (~torch.eye(n, dtype=torch.bool, device=DEV))
+    M = torch.einsum("rc,jc,rjc->rj", q, k, E)
+    L = torch.linalg.inv(torch.eye(n, dtype=torch.float64, device=DEV) + T)
+    return {"W_a": (L @ (a * torch.exp(G))).cpu().numpy(), "Q~": (q * torch.exp(G)).cpu().numpy(),
+            "K^": (k * torch.exp(G[-1] - G)).cpu().numpy(), "M": M.cpu().numpy(),
+            "W_z": (L @ (ww * v)).cpu().numpy(), "gamma": torch.exp(G[-1]).cpu().numpy()}
+
+
+def diagnose(lib, log):
+    import numpy as np
+    K = V = 128
+    for variant, arm, dt, NT, NTQ in [("gdn2", "none", torch.bfloat16, 2, 1), ("qed", "full", torch.bfloat16, 2, 1),
+                                      ("gdn2", "none", torch.float32, 3, 3)]:
+        x = make_inputs(1, 128, 1, K, V, variant, arm, "std", dt, lam=0.8, seed=5)
+        lib.forward(x)
+        want = chunk_matrices(x)
+        blob_bytes = None
+        # blob size: regions + WZ, rounded up to 256 (no cu_seqlens: blobs start at 0)
+        tot = (4 * (K // 16) * 2 * 32 * NT * 8 + 4 * (K // 16) * 2 * 32 * NTQ * 8 + 4 * 4 * (K // 32) * 32 * NT * 8
+               + 4 * 4 * 2 * 32 * NTQ * 8 + 4 * K + (V // 16) * 4 * 2 * 32 * 16)
+        blob_bytes = (tot + 255) // 256 * 256
+        got = decode_blob(lib.ws[:blob_bytes], K, V, NT, NTQ)
+        parts = []
+        for name in ("W_a", "Q~", "K^", "M", "W_z", "gamma"):
+            a, b = got[name], want[name]
+            e = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+            parts.append(f"{name} {e:.1e}")
+        log(f"[diag] workspace chunk 0 {variant}/{arm} {str(dt)[6:]}: " + ", ".join(parts))
+
+
+def variants_check(lib, log, quick):
+    rows = []
+    cases = [("gdn2", "none"), ("qed", "full"), ("qed", "nogate"), ("qed", "nogate_noproj"),
+             ("qed", "rand"), ("kda", "none"), ("gdn", "none"), ("deltanet", "none")]
+    for i, (variant, arm) in enumerate(cases):
+        for dt in (torch.float32, torch.bfloat16):
+            T = 130 if quick else 200
+            x = make_inputs(2, T, 2, 128, 64 if i % 2 else 128, variant, arm, "std", dt, lam=0.8,
+                            seed=10 + i, h0=(i % 2 == 0))
+            o, ht, _ = lib.forward(x, o_dtype=FP32)
+            ro, rht = ref_recurrent(x)
+            eo, eh = relF(o, ro), relF(ht, rht)
+            rows.append((variant, arm, str(dt)[6:], eo, eh))
+            log(f"[check] {variant}/{arm} {str(dt)[6:]} T={T}: relF o {eo:.2e} ht {eh:.2e}")
+    # packed sequences with an empty one and a partial chunk
+    x = make_inputs(1, 300, 2, 128, 128, "qed", "nogate", "mixed", torch.bfloat16, lam=0.9, seed=77)
+    cu = torch.tensor([0, 70, 70, 134, 300], dtype=torch.int64, device=DEV)
+    x["h0"] = 0.5 * torch.randn(4, 2, 128, 128, device=DEV)
+    o, ht, _ = lib.forward(x, o_dtype=FP32, cu=cu)
+    ro, rht = ref_recurrent(x, cu)
+    log(f"[check] varlen qed/nogate bf16: relF o {relF(o, ro):.2e} ht {relF(ht, rht):.2e}")
+    rows.append(("qed-varlen", "nogate", "bfloat16", relF(o, ro), relF(ht, rht)))
+    return rows
+
+
+# ---------------------------------------------------------------- accuracy vs the peer
+
+def peer_call(x, want_state=True):
+    from fla.ops.gdn2 import chunk_gdn2
+    return chunk_gdn2(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], scale=x["scale"],
+                      output_final_state=want_state)
+
+
+def accuracy(lib, log, quick, have_peer):
+    rows = []
+    T = 1024 if quick else 4096
+    for regime in ("std", "mixed", "hard"):
+        x = make_inputs(1, T, 2, 128, 128, "gdn2", "none", regime, torch.bfloat16, seed=100)
+        ro, rht = ref_recurrent(x)
+        o, ht, _ = lib.forward(x, o_dtype=BF16)
+        o32, _, _ = lib.forward(x, o_dtype=FP32)
+        os.environ["QEDCHECK_CHUNKED_MUTANT"] = "single"
+        os_, hts, _ = lib.forward(x, o_dtype=BF16)
+        del os.environ["QEDCHECK_CHUNKED_MUTANT"]
+        row = {"regime": regime, "T": T, "ours_o": relF(o, ro), "ours_o_fp32out": relF(o32, ro),
+               "ours_ht": relF(ht, rht), "single_o": relF(os_, ro), "single_ht": relF(hts, rht)}
+        if have_peer:
+            po, pht = peer_call(x)
+            torch.cuda.synchronize()
+            row.update(peer_o=relF(po, ro), peer_ht=relF(pht, rht))
+        rows.append(row)
+        log("[accuracy] " + json.dumps(row))
+    return rows
+
+
+# ---------------------------------------------------------------- timing
+
+def time_ms(fn, warmup=3, reps=15):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts), min(ts), max(ts)
+
+
+def copy_bandwidth():
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device=DEV)
+    a.random_(0, 255)
+    b = torch.empty_like(a)
+    med, _, _ = time_ms(lambda: b.copy_(a), 2, 10)
+    return 2 * n / (med * 1e-3)
+
+
+def timings(lib, log, quick, have_peer, bw):
+    shapes = [(8, 4096, 16, 128), (2, 16384, 16, 128), (1, 65536, 8, 128)]
+    if quick:
+        shapes = [(2, 4096, 16, 128)]
+    rows = []
+    for (B, T, H, D) in shapes:
+        x = make_inputs(B, T, H, D, D, "gdn2", "none", "std", torch.bfloat16, seed=1)
+        o = torch.empty(B, T, H, D, dtype=torch.bfloat16, device=DEV)
+        ht = torch.empty(B, H, D, D, dtype=torch.float32, device=DEV)
+        row = {"shape": f"[{B},{T},{H},{D}]"}
+        floor_bytes = B * T * H * (4 * D + 3 * D) * 2
+        row["floor_ms"] = floor_bytes / bw * 1e3
+        run = lib.prepare(x, o, ht)
+        row["ours_gdn2_ms"] = time_ms(run)[0]
+        os.environ["QEDCHECK_CHUNKED_ONLY"] = "prep"
+        row["prep_ms"] = time_ms(run)[0]
+        os.environ["QEDCHECK_CHUNKED_ONLY"] = "state"
+        for mt in (1, 2, 4):
+            os.environ["QEDCHECK_CHUNKED_MT"] = str(mt)
+            row[f"state_mt{mt}_ms"] = time_ms(run)[0]
+        del os.environ["QEDCHECK_CHUNKED_MT"]
+        del os.environ["QEDCHECK_CHUNKED_ONLY"]
+        xq = dict(x)
+        xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
+        row["ours_qed_ms"] = time_ms(lib.prepare(xq, o, ht))[0]
+        os.environ["QEDCHECK_CHUNKED_MUTANT"] = "single"
+        row["ours_single_ms"] = time_ms(lib.prepare(x, o, ht))[0]
+        del os.environ["QEDCHECK_CHUNKED_MUTANT"]
+        if have_peer:
+            row["peer_ms"] = time_ms(lambda: peer_call(x))[0]
+            row["speedup"] = row["peer_ms"] / row["ours_gdn2_ms"]
+        row["qed_over_gdn2"] = row["ours_qed_ms"] / row["ours_gdn2_ms"] - 1
+        rows.append(row)
+        log("[timing] " + json.dumps(row))
+        del x, xq, o, ht
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-peer", action="store_true")
+    ap.add_argument("--only", default="diag,check,accuracy,timing")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    logf = open(os.path.join(args.out, "chunked_bench.log"), "w")
+
+    def log(s):
+        print(s, flush=True)
+        logf.write(s + "\n")
+        logf.flush()
+    lib = Chunked(args.lib)
+    have_peer = False
+    if not args.skip_peer:
+        try:
+            import fla.ops.gdn2  # noqa: F401
+            have_peer = True
+        except Exception as e:  # noqa: BLE001
+            log(f"peer unavailable: {e!r}")
+    log(f"device {torch.cuda.get_device_name()} torch {torch.__version__} peer {have_peer}")
+    res = {}
+    only = args.only.split(",")
+    for name, fn in (("diag", lambda: diagnose(lib, log)),
+                     ("check", lambda: variants_check(lib, log, args.quick)),
+                     ("accuracy", lambda: accuracy(lib, log, args.quick, have_peer))):
+        if name in only:
+            try:
+                res[name] = fn()
+            except Exception as e:  # noqa: BLE001
+                log(f"[{name}] FAILED: {e!r}")
+    if "timing" in only:
+        bw = copy_bandwidth()
+        log(f"[bandwidth] device-to-device copy {bw / 1e12:.2f} TB/s (read + write)")
+        try:
+            res["timing"] = timings(lib, log, args.quick, have_peer, bw)
+        except Exception as e:  # noqa: BLE001
+            log(f"[timing] FAILED: {e!r}")
+    with open(os.path.join(args.out, "chunked_forward.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    lines = []
+    if res.get("accuracy"):
+        lines.append("| regime (T) | ours o | ours ht | single-term o | single-term ht | peer o | peer ht |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+        for r in res["accuracy"]:
+            lines.append(f"| {r['regime']} ({r['T']}) | {r['ours_o']:.2e} | {r['ours_ht']:.2e} | {r['single_o']:.2e} | "
+                         f"{r['single_ht']:.2e} | {r.get('peer_o', float('nan')):.2e} | {r.get('peer_ht', float('nan')):.2e} |")
+    if res.get("timing"):
+        lines.append("")
+        lines.append("| shape | floor ms | ours gdn2 ms | ours qed ms | prep ms | state mt1/2/4 ms | single-term ms | peer ms | speed-up |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in res["timing"]:
+            lines.append(f"| {r['shape']} | {r['floor_ms']:.3f} | {r['ours_gdn2_ms']:.3f} | {r['ours_qed_ms']:.3f} | "
+                         f"{r['prep_ms']:.3f} | {r['state_mt1_ms']:.3f}/{r['state_mt2_ms']:.3f}/{r['state_mt4_ms']:.3f} | "
+                         f"{r['ours_single_ms']:.3f} | {r.get('peer_ms', float('nan')):.3f} | {r.get('speedup', float('nan')):.2f}x |")
+    with open(os.path.join(args.out, "chunked_forward.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    for l in lines:
+        log(l)
+
+
+if __name__ == "__main__":
+    main()

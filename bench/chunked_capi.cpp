@@ -1,0 +1,78 @@
+// C entry points over the chunked forward (kernels/chunked_api.hpp) for ctypes
+// (bench/chunked_bench.py): contiguous [B,T,H,D] tensors, [N,H,K,V] fp32 states, one dtype for
+// the sequence tensors except g (fp32 or that dtype), optional packed sequences. The caller
+// passes the workspace (so that benchmarks allocate it once and diagnostics can read it).
+// Returns 0 on success, else the StatusCode with the message copied into err.
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "kernels/chunked_api.hpp"
+
+using namespace qed::kernels;
+
+namespace {
+
+int report(const Status& s, char* err, int errlen) {
+  if (err && errlen > 0) {
+    std::strncpy(err, s.message.c_str(), static_cast<size_t>(errlen) - 1);
+    err[errlen - 1] = '\0';
+  }
+  return static_cast<int>(s.code);
+}
+
+}  // namespace
+
+extern "C" {
+
+// shape = {variant, arm, B, T, H, K, V, dtype, g_dtype, o_dtype, N (0: no cu_seqlens)}
+// ptrs = {q, k, v, g, b, w, beta, lambda, r, h0, o, ht, chunk_states, cu_seqlens, workspace}
+// With query != 0 only the workspace size is computed (into *ws_bytes).
+int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
+                        int query, void* stream, char* err, int errlen) {
+  const DType dt = static_cast<DType>(shape[7]);
+  const DType gdt = static_cast<DType>(shape[8]);
+  const int64_t B = shape[2], T = shape[3], H = shape[4], K = shape[5], V = shape[6];
+  const qed::reference::Layout lay = qed::reference::layout_of(static_cast<Variant>(shape[0]),
+                                                               static_cast<Arm>(shape[1]));
+  ChunkedForwardParams p;
+  Problem& pr = p.problem;
+  pr.variant = static_cast<Variant>(shape[0]);
+  pr.arm = static_cast<Arm>(shape[1]);
+  pr.B = B;
+  pr.T = T;
+  pr.H = H;
+  pr.K = K;
+  pr.V = V;
+  pr.scale = scale;
+  pr.stream = static_cast<Stream>(stream);
+  if (shape[10] > 0) {
+    pr.cu_seqlens = static_cast<const int64_t*>(ptrs[13]);
+    pr.num_seqs = shape[10];
+  }
+  Inputs& in = p.in;
+  in.q = seq_tensor(ptrs[0], dt, T, H, K);
+  in.k = seq_tensor(ptrs[1], dt, T, H, K);
+  in.v = seq_tensor(ptrs[2], dt, T, H, V);
+  if (ptrs[3]) in.g = seq_tensor(ptrs[3], gdt, T, H, lay.scalar_g ? 1 : K);
+  if (ptrs[4]) in.b = seq_tensor(ptrs[4], dt, T, H, K);
+  if (ptrs[5]) in.w = seq_tensor(ptrs[5], dt, T, H, V);
+  if (ptrs[6]) in.beta = seq_tensor(ptrs[6], dt, T, H, 1);
+  in.lambda = static_cast<const float*>(ptrs[7]);
+  in.r = static_cast<const float*>(ptrs[8]);
+  if (ptrs[9]) in.h0 = state_tensor(static_cast<const float*>(ptrs[9]), H, K, V);
+  p.o = seq_tensor_out(ptrs[10], static_cast<DType>(shape[9]), T, H, V);
+  if (ptrs[11]) p.ht = state_tensor_out(static_cast<float*>(ptrs[11]), H, K, V);
+  if (ptrs[12]) p.chunk_states = state_tensor_out(static_cast<float*>(ptrs[12]), H, K, V);
+  if (query) {
+    size_t n = 0;
+    const Status s = chunked_forward_workspace(p, &n);
+    *ws_bytes = n;
+    return report(s, err, errlen);
+  }
+  p.workspace = ptrs[14];
+  p.workspace_bytes = *ws_bytes;
+  return report(chunked_forward(p), err, errlen);
+}
+
+}  // extern "C"
