@@ -5,7 +5,8 @@ and our backward (time and ratio to our forward). CUDA events, warm-up, median o
 repetitions (device/METHOD.md). Writes bench_recurrent.md and .json into --out and prints the
 table last.
 
-Run by ci/device.sh as: python3 bench/bench_recurrent.py --lib BUILD/libqed_bench.so --out $OUT
+Run by ci/device.sh as: python3 bench/bench_recurrent.py --lib-dir BUILD --out $OUT/bench
+(loads BUILD/librecurrent_capi.so, built from bench/recurrent_capi.cpp).
 """
 import argparse
 import ctypes
@@ -112,11 +113,11 @@ def rel(a, b):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
+    ap.add_argument("--lib-dir", required=True)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    lib = load_lib(args.lib)
+    lib = load_lib(os.path.join(args.lib_dir, "librecurrent_capi.so"))
     err = ctypes.create_string_buffer(1024)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)

@@ -3,7 +3,9 @@
 # (bench/device: kernels, every properties/test_gpu_*.cpp, the benchmark library), runs every
 # ctest test labelled `gpu` (sanitizer runs included) and every bench/bench_*.py, and prints a
 # short table last. Full logs go to $OUT: build.log, tests.log, bench.log, summary.md, and
-# whatever each benchmark writes under $OUT/bench/.
+# whatever each benchmark writes under $OUT/bench/. A benchmark is called as
+#   python3 bench/bench_X.py --lib-dir BUILD --out $OUT/bench
+# and finds its ctypes library BUILD/lib<name>_capi.so there (bench/<name>_capi.cpp).
 # Knobs: QED_DEVICE_JOBS (16), QED_DEVICE_SANITIZE=0 (skip the sanitizer tests),
 # QED_DEVICE_BENCH=0 (skip benchmarks), QED_DEVICE_TESTS=0 (skip tests),
 # QED_DEVICE_TEST_REGEX (ctest -R filter), QED_DEVICE_BENCH_GLOB (bench_*.py),
@@ -65,7 +67,7 @@ if [[ ${QED_DEVICE_BENCH:-1} != 0 ]]; then
     [[ -e "$b" ]] || continue
     name=$(basename "$b" .py)
     echo "== $name" >>"$OUT/bench.log"
-    PYTHONUNBUFFERED=1 timeout "${QED_DEVICE_BENCH_BUDGET:-300}" python3 "$b" --lib "$BUILD/libqed_bench.so" --out "$OUT/bench" \
+    PYTHONUNBUFFERED=1 timeout "${QED_DEVICE_BENCH_BUDGET:-300}" python3 "$b" --lib-dir "$BUILD" --out "$OUT/bench" \
       >"$OUT/bench/$name.stdout" 2>>"$OUT/bench.log"
     rc=$?
     cat "$OUT/bench/$name.stdout" >>"$OUT/bench.log"
