@@ -12,12 +12,15 @@
 
 #include "fixtures/generate.hpp"
 #include "properties/support/numerics.hpp"
+#include "reference/parallel.hpp"
 #include "reference/types.hpp"
 
 namespace qed::properties {
 
 using reference::Cotangents;
 using reference::Grads;
+using reference::Inputs;
+using reference::Outputs;
 
 template <class S>
 S loss(const Outputs<S>& out, const Cotangents<S>& cot) {
@@ -63,24 +66,40 @@ Inputs<S> with_explicit_h0(Inputs<S> in) {
 
 // Central differences (L(x + h e_i) - L(x - h e_i)) / (2h) on every entry of every input; the
 // denominator is the difference of the two perturbed values as stored, so that rounding of
-// x +- h does not enter.
+// x +- h does not enter. `forward` must be safe to call from several threads at once.
 template <class S, class F>
-Grads<S> fd_gradient(F&& forward, const Inputs<S>& in0, const Cotangents<S>& cot, const S& h) {
-  Inputs<S> in = with_explicit_h0(in0);
+Grads<S> fd_gradient(F&& forward, const Inputs<S>& in0, const Cotangents<S>& cot, const S& h, int threads = 0) {
+  const Inputs<S> in = with_explicit_h0(in0);
   Grads<S> g;
-  for (auto& p : params(in, g)) {
+  Inputs<S> shape = in;
+  std::vector<std::pair<std::vector<S>*, std::vector<S>*>> slots;  // (dx, x) of `shape`, in order
+  for (auto& p : params(shape, g)) {
     p.dx->assign(p.x->size(), S(0));
-    for (size_t i = 0; i < p.x->size(); ++i) {
-      const S x0 = (*p.x)[i];
-      const S xp = x0 + h, xm = x0 - h;
-      (*p.x)[i] = xp;
-      const S lp = loss(forward(in), cot);
-      (*p.x)[i] = xm;
-      const S lm = loss(forward(in), cot);
-      (*p.x)[i] = x0;
-      (*p.dx)[i] = (lp - lm) / (xp - xm);
-    }
+    slots.push_back({p.dx, p.x});
   }
+  // Entries are split into `threads` strided groups, each perturbing its own copy of the inputs.
+  const int n = threads > 0 ? threads : reference::default_threads();
+  reference::parallel_for(
+      n,
+      [&](int64_t worker) {
+        Inputs<S> mine = in;
+        Grads<S> unused;
+        auto ps = params(mine, unused);
+        int64_t flat = 0;
+        for (size_t t = 0; t < ps.size(); ++t)
+          for (size_t i = 0; i < ps[t].x->size(); ++i, ++flat) {
+            if (flat % n != worker) continue;
+            const S x0 = (*ps[t].x)[i];
+            const S xp = x0 + h, xm = x0 - h;
+            (*ps[t].x)[i] = xp;
+            const S lp = loss(forward(mine), cot);
+            (*ps[t].x)[i] = xm;
+            const S lm = loss(forward(mine), cot);
+            (*ps[t].x)[i] = x0;
+            (*slots[t].first)[i] = (lp - lm) / (xp - xm);
+          }
+      },
+      n);
   return g;
 }
 

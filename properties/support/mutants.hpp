@@ -141,7 +141,7 @@ Token<S> token(const Inputs<S>& in, const Lane& L, int64_t t, Fwd bug) {
   }
   if (project && nn != S(0))
     for (int64_t c = 0; c < K; ++c)
-      x.p[c] -= bug == Fwd::diagonal_projector ? x.k[c] * x.k[c] * x.m[c] / nn : x.k[c] * km / nn;
+      x.p[c] -= bug == Fwd::diagonal_projector ? S(x.k[c] * x.k[c] * x.m[c] / nn) : S(x.k[c] * km / nn);
   for (int64_t c = 0; c < K; ++c) x.a[c] += x.lambda * x.p[c];
   return x;
 }

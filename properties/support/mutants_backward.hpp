@@ -137,3 +137,19 @@ Grads<S> backward(const Inputs<S>& in, const Cotangents<S>& cot, Bwd bug) {
 }
 
 }  // namespace qed::properties::mutants
+
+namespace qed::properties::mutants {
+
+// The projector family's mutant: P(k) x taken as x - (k ⊙ k ⊙ x) / |k|^2 (a "diagonal" projector
+// that forgets the cross terms k_i k_j x_j).
+template <class S>
+std::vector<S> diagonal_projection(const std::vector<S>& k, const std::vector<S>& x) {
+  S n(0);
+  for (const auto& e : k) n += e * e;
+  std::vector<S> p = x;
+  if (n != S(0))
+    for (size_t i = 0; i < x.size(); ++i) p[i] -= k[i] * k[i] * x[i] / n;
+  return p;
+}
+
+}  // namespace qed::properties::mutants
