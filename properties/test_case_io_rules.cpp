@@ -2,6 +2,7 @@
 // exactly one thing with CasePatch (HDF5 C API), and checks the whole message (file, dataset,
 // index, rule) and that HDF5 printed nothing on stderr.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -60,7 +61,15 @@ class Rules : public ::testing::Test {
   }
 
   // read_case must throw exactly `path + ": " + rest` and keep stderr silent.
-  void expect_error(const std::string& path, const std::string& rest, const ReadOptions& o = {}) {
+  // Both ways of reading (isolated child process and in-process) must agree.
+  void expect_error(const std::string& path, const std::string& rest, ReadOptions o = {}) {
+    for (bool isolate : {true, false}) {
+      o.isolate = isolate;
+      SCOPED_TRACE(isolate ? "isolated" : "in-process");
+      expect_error_once(path, rest, o);
+    }
+  }
+  void expect_error_once(const std::string& path, const std::string& rest, const ReadOptions& o) {
     ::testing::internal::CaptureStderr();
     std::string got = "(no error)";
     try {
@@ -97,6 +106,11 @@ TEST_F(Rules, MissingFile) {
   expect_error(file("nope.h5"), "cannot open: No such file or directory (rule: the case file must exist and be readable)");
 }
 TEST_F(Rules, Directory) { expect_error(dir_.string(), "is a directory (rule: a case is an HDF5 file)"); }
+TEST_F(Rules, NotARegularFile) {
+  const std::string fifo = file("pipe.h5");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error(fifo, "is not a regular file (rule: a case is an HDF5 file)");
+}
 TEST_F(Rules, NotHdf5) {
   std::ofstream(file("t.h5")) << "q,k,v\n1,2,3\n";
   expect_error(file("t.h5"), "not an HDF5 file (rule: a case is an HDF5 file)");
