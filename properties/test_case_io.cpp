@@ -25,7 +25,8 @@ class TempDir {
  public:
   TempDir() {
     static int n = 0;
-    path_ = fs::temp_directory_path() / ("qedcheck-case-io-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    path_ = fs::temp_directory_path() /
+            ("qedcheck-case-io-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -42,11 +43,13 @@ class TempDir {
 };
 
 bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
 }
 
 struct Parts {
-  bool h0 = false, varlen = false, cot = false, dht = false, results = false, lo = false, digits = false;
+  bool h0 = false, varlen = false, cot = false, dht = false, results = false, lo = false,
+       digits = false;
 };
 
 std::vector<double> noise(size_t n, uint64_t seed) {
@@ -74,7 +77,8 @@ Case make_case(Variant v, Arm a, const Parts& p, uint64_t seed) {
     for (const auto& n : outs) {
       Dataset d;
       d.shape = input_shape(c.inputs, n);
-      d.data = noise(static_cast<size_t>(d.shape[0] * d.shape[1] * d.shape[2] * d.shape[3]), seed + 1);
+      d.data =
+          noise(static_cast<size_t>(d.shape[0] * d.shape[1] * d.shape[2] * d.shape[3]), seed + 1);
       if (p.lo) d.lo = noise(d.data.size(), seed + 2);
       if (p.digits) d.digits = 15.5;
       c.outputs[n] = d;
@@ -135,27 +139,29 @@ struct VariantArm {
   Variant v;
   Arm a;
 };
-const VariantArm kAll[] = {{Variant::gdn2, Arm::none},    {Variant::qed, Arm::full},
-                           {Variant::qed, Arm::nogate},   {Variant::qed, Arm::nogate_noproj},
-                           {Variant::qed, Arm::rand},     {Variant::kda, Arm::none},
-                           {Variant::gdn, Arm::none},     {Variant::deltanet, Arm::none}};
+const VariantArm kAll[] = {{Variant::gdn2, Arm::none},  {Variant::qed, Arm::full},
+                           {Variant::qed, Arm::nogate}, {Variant::qed, Arm::nogate_noproj},
+                           {Variant::qed, Arm::rand},   {Variant::kda, Arm::none},
+                           {Variant::gdn, Arm::none},   {Variant::deltanet, Arm::none}};
 
 TEST(CaseIo, RoundTripEveryVariantArmAndPart) {
   TempDir dir;
-  const Parts parts[] = {{},
-                         {.h0 = true},
-                         {.varlen = true},
-                         {.h0 = true, .varlen = true, .cot = true},
-                         {.cot = true, .dht = true},
-                         {.h0 = true, .varlen = true, .cot = true, .dht = true, .results = true},
-                         {.results = true, .lo = true},
-                         {.h0 = true, .cot = true, .dht = true, .results = true, .lo = true, .digits = true},
-                         {.varlen = true, .results = true, .digits = true}};
+  const Parts parts[] = {
+      {},
+      {.h0 = true},
+      {.varlen = true},
+      {.h0 = true, .varlen = true, .cot = true},
+      {.cot = true, .dht = true},
+      {.h0 = true, .varlen = true, .cot = true, .dht = true, .results = true},
+      {.results = true, .lo = true},
+      {.h0 = true, .cot = true, .dht = true, .results = true, .lo = true, .digits = true},
+      {.varlen = true, .results = true, .digits = true}};
   uint64_t seed = 100;
   for (const auto& va : kAll) {
     for (size_t i = 0; i < std::size(parts); ++i, ++seed) {
-      SCOPED_TRACE("variant " + std::string(to_string(va.v)) + " arm " + std::string(to_string(va.a)) +
-                   " parts #" + std::to_string(i) + " seed " + std::to_string(seed));
+      SCOPED_TRACE("variant " + std::string(to_string(va.v)) + " arm " +
+                   std::string(to_string(va.a)) + " parts #" + std::to_string(i) + " seed " +
+                   std::to_string(seed));
       const Case c = make_case(va.v, va.a, parts[i], seed);
       const std::string path = dir.file("rt.h5");
       write_case(path, c);
@@ -223,7 +229,8 @@ TEST(CaseIo, WriteIntoMissingFolderFailsCleanly) {
     FAIL() << "write_case into a missing folder succeeded";
   } catch (const qed::Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -237,7 +244,9 @@ TEST(CaseIo, WriteRejectsInconsistentCaseAndWritesNothing) {
     FAIL() << "inconsistent case written";
   } catch (const qed::Error& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find(path + ": /inputs/w: 139 values, expected 140 = [2,7,2,5] [B,T,H,V]"), std::string::npos) << m;
+    EXPECT_NE(m.find(path + ": /inputs/w: 139 values, expected 140 = [2,7,2,5] [B,T,H,V]"),
+              std::string::npos)
+        << m;
   }
   EXPECT_TRUE(fs::is_empty(dir.path()));
 }
@@ -275,8 +284,9 @@ TEST(CaseIo, ReadsH5pyCasesBitExact) {
     const std::string out = dir.file(tag + ".h5"), raw = dir.file(tag + "-raw");
     const std::string cmd = std::string(QEDCHECK_PYTHON) + " " + QEDCHECK_SOURCE_DIR +
                             "/examples/python/write_case.py --variant " + pc.variant +
-                            (pc.arm.empty() ? "" : " --arm " + pc.arm) + " --seed " + std::to_string(seed++) + " " +
-                            pc.extra + " --out " + out + " --dump-raw " + raw;
+                            (pc.arm.empty() ? "" : " --arm " + pc.arm) + " --seed " +
+                            std::to_string(seed++) + " " + pc.extra + " --out " + out +
+                            " --dump-raw " + raw;
     SCOPED_TRACE("replay: " + cmd);
     ASSERT_EQ(std::system(cmd.c_str()), 0);
     const Case c = read_case(out);
@@ -286,12 +296,14 @@ TEST(CaseIo, ReadsH5pyCasesBitExact) {
     ASSERT_EQ(scale.size(), 1u);
     EXPECT_EQ(std::memcmp(&scale[0], &c.inputs.scale, sizeof(double)), 0);
     const auto pos = pc.extra.find("--dtype ");
-    EXPECT_EQ(c.dtype, pos == std::string::npos ? "float64" : pc.extra.substr(pos + 8, pc.extra.find(' ', pos + 8) - pos - 8));
+    EXPECT_EQ(c.dtype, pos == std::string::npos
+                           ? "float64"
+                           : pc.extra.substr(pos + 8, pc.extra.find(' ', pos + 8) - pos - 8));
     EXPECT_EQ(c.producer.empty(), pc.extra.find("--results") == std::string::npos);
     const auto& in = c.inputs;
     std::map<std::string, const std::vector<double>*> arrays = {
-        {"inputs_q", &in.q},       {"inputs_k", &in.k},   {"inputs_v", &in.v},
-        {"inputs_g", &in.g},       {"inputs_b", &in.b},   {"inputs_w", &in.w},
+        {"inputs_q", &in.q},       {"inputs_k", &in.k},           {"inputs_v", &in.v},
+        {"inputs_g", &in.g},       {"inputs_b", &in.b},           {"inputs_w", &in.w},
         {"inputs_beta", &in.beta}, {"inputs_lambda", &in.lambda}, {"inputs_r", &in.r},
         {"inputs_h0", &in.h0}};
     if (c.cotangents) {
@@ -303,7 +315,9 @@ TEST(CaseIo, ReadsH5pyCasesBitExact) {
         arrays[std::string(group) + "_" + n] = &d.data;
         arrays[std::string(group) + "_" + n + "_lo"] = &d.lo;
         const auto dpos = pc.extra.find("--digits ");
-        EXPECT_EQ(d.digits, dpos == std::string::npos ? 30.0 : std::atof(pc.extra.c_str() + dpos + 9)) << n;
+        EXPECT_EQ(d.digits,
+                  dpos == std::string::npos ? 30.0 : std::atof(pc.extra.c_str() + dpos + 9))
+            << n;
       }
     size_t compared = 0;
     for (const auto& e : fs::directory_iterator(raw)) {

@@ -23,15 +23,17 @@ namespace fs = std::filesystem;
 class Rules : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("qedcheck-rules-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("qedcheck-rules-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   // B=2 T=7 H=2 K=3 V=5 (or B=1 with cu_seqlens {0,3,3,7}: N=3), h0, do+dht, outputs, grads.
-  std::string good(Variant v = Variant::gdn2, Arm a = Arm::none, bool varlen = false, const std::string& name = "c.h5") {
+  std::string good(Variant v = Variant::gdn2, Arm a = Arm::none, bool varlen = false,
+                   const std::string& name = "c.h5") {
     GenSpec s;
     s.variant = v;
     s.arm = a;
@@ -82,7 +84,8 @@ class Rules : public ::testing::Test {
     EXPECT_EQ(err, "") << "HDF5 printed on stderr";
   }
   // Like expect_error, for messages carrying HDF5's own words: prefix and suffix must match.
-  void expect_error_around(const std::string& path, const std::string& head, const std::string& tail) {
+  void expect_error_around(const std::string& path, const std::string& head,
+                           const std::string& tail) {
     ::testing::internal::CaptureStderr();
     std::string got = "(no error)";
     try {
@@ -92,7 +95,9 @@ class Rules : public ::testing::Test {
     }
     EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
     EXPECT_EQ(got.rfind(path + ": " + head, 0), 0u) << got;
-    EXPECT_TRUE(got.size() >= tail.size() && got.compare(got.size() - tail.size(), tail.size(), tail) == 0) << got;
+    EXPECT_TRUE(got.size() >= tail.size() &&
+                got.compare(got.size() - tail.size(), tail.size(), tail) == 0)
+        << got;
   }
   std::string file(const std::string& n) const { return (dir_ / n).string(); }
 
@@ -103,9 +108,13 @@ const std::vector<double> kZeros(2 * 7 * 2 * 5, 0.0);
 
 // ---------------------------------------------------------------- the file itself
 TEST_F(Rules, MissingFile) {
-  expect_error(file("nope.h5"), "cannot open: No such file or directory (rule: the case file must exist and be readable)");
+  expect_error(
+      file("nope.h5"),
+      "cannot open: No such file or directory (rule: the case file must exist and be readable)");
 }
-TEST_F(Rules, Directory) { expect_error(dir_.string(), "is a directory (rule: a case is an HDF5 file)"); }
+TEST_F(Rules, Directory) {
+  expect_error(dir_.string(), "is a directory (rule: a case is an HDF5 file)");
+}
 TEST_F(Rules, NotARegularFile) {
   const std::string fifo = file("pipe.h5");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
@@ -251,15 +260,21 @@ TEST_F(Rules, RequiredDatasetMissing) {
 TEST_F(Rules, DatasetTheVariantDoesNotHave) {
   const std::string p = good(Variant::kda);
   CasePatch(p).doubles("/inputs/b", {2, 7, 2, 3}, std::vector<double>(84, 0.5));
-  expect_error(p, "/inputs/b: present, but variant kda has no b (rule: variant kda has inputs q, k, v, g, beta (+ h0, cu_seqlens))");
+  expect_error(p,
+               "/inputs/b: present, but variant kda has no b (rule: variant kda has inputs q, k, "
+               "v, g, beta (+ h0, cu_seqlens))");
   const std::string q = good(Variant::qed, Arm::full, false, "q.h5");
   CasePatch(q).doubles("/inputs/r", {2, 3}, std::vector<double>(6, 0.5));
-  expect_error(q, "/inputs/r: present, but variant qed has no r (rule: variant qed has inputs q, k, v, g, b, w, lambda (+ h0, cu_seqlens))");
+  expect_error(q,
+               "/inputs/r: present, but variant qed has no r (rule: variant qed has inputs q, k, "
+               "v, g, b, w, lambda (+ h0, cu_seqlens))");
 }
 TEST_F(Rules, UnknownDataset) {
   const std::string p = good(Variant::qed, Arm::full);
   CasePatch(p).doubles("/inputs/lamda", {2}, {0.5, 0.5});
-  expect_error(p, "/inputs/lamda: unknown dataset (rule: variant qed has inputs q, k, v, g, b, w, lambda (+ h0, cu_seqlens))");
+  expect_error(p,
+               "/inputs/lamda: unknown dataset (rule: variant qed has inputs q, k, v, g, b, w, "
+               "lambda (+ h0, cu_seqlens))");
   ReadOptions o;
   o.allow_unknown_datasets = true;
   EXPECT_NO_THROW(read_case(p, o));
@@ -269,19 +284,23 @@ TEST_F(Rules, LinksAndGroupsInsteadOfDatasets) {
   CasePatch(p).soft_link("/inputs/h0", "/outputs/ht");
   expect_error(p, "/inputs/h0: is a soft link (rule: case data are datasets stored in the file)");
   CasePatch(p).external_link("/inputs/h0", file("other.h5"), "/outputs/ht");
-  expect_error(p, "/inputs/h0: is an external or user-defined link (rule: case data are datasets stored in the file)");
+  expect_error(p,
+               "/inputs/h0: is an external or user-defined link (rule: case data are datasets "
+               "stored in the file)");
   CasePatch(p).group("/inputs/h0");
   expect_error(p, "/inputs/h0: is a group (rule: case data are datasets stored in the file)");
 }
 TEST_F(Rules, WrongTypeClass) {
   const std::string p = good();
   CasePatch(p).ints("/inputs/q", {2, 7, 2, 3}, std::vector<int64_t>(84, 0));
-  expect_error(p, "/inputs/q: has HDF5 type class integer (rule: floating-point datasets are float64)");
+  expect_error(
+      p, "/inputs/q: has HDF5 type class integer (rule: floating-point datasets are float64)");
 }
 TEST_F(Rules, WrongFloatSize) {
   const std::string p = good();
   CasePatch(p).doubles("/inputs/k", {2, 7, 2, 3}, std::vector<double>(84, 0.5), H5T_IEEE_F32LE);
-  expect_error(p, "/inputs/k: stored as a 32-bit float (rule: floating-point datasets are IEEE float64)");
+  expect_error(
+      p, "/inputs/k: stored as a 32-bit float (rule: floating-point datasets are IEEE float64)");
 }
 TEST_F(Rules, BigEndianFloat64IsAccepted) {
   const std::string p = good();
@@ -316,18 +335,26 @@ TEST_F(Rules, ZeroDimension) {
 TEST_F(Rules, ShapeMismatch) {
   const std::string p = good();
   CasePatch(p).doubles("/inputs/v", {2, 7, 3, 5}, std::vector<double>(210, 0.5));
-  expect_error(p, "/inputs/v: shape [2,7,3,5], expected [2,7,2,5] = [B,T,H,V] (rule: v is [B,T,H,V], with B, T, H from q)");
+  expect_error(p,
+               "/inputs/v: shape [2,7,3,5], expected [2,7,2,5] = [B,T,H,V] (rule: v is [B,T,H,V], "
+               "with B, T, H from q)");
   const std::string g = good(Variant::gdn2, Arm::none, false, "g.h5");
   CasePatch(g).doubles("/inputs/g", {2, 7, 2, 4}, std::vector<double>(112, -0.5));
-  expect_error(g, "/inputs/g: shape [2,7,2,4], expected [2,7,2,3] = [B,T,H,K] (rule: g is [B,T,H,K], with B, T, H, K from q, V from v, N from cu_seqlens)");
+  expect_error(g,
+               "/inputs/g: shape [2,7,2,4], expected [2,7,2,3] = [B,T,H,K] (rule: g is [B,T,H,K], "
+               "with B, T, H, K from q, V from v, N from cu_seqlens)");
   const std::string l = good(Variant::qed, Arm::full, false, "l.h5");
   CasePatch(l).doubles("/inputs/lambda", {3}, {0.5, 0.5, 0.5});
-  expect_error(l, "/inputs/lambda: shape [3], expected [2] = [H] (rule: lambda is [H], with B, T, H, K from q, V from v, N from cu_seqlens)");
+  expect_error(l,
+               "/inputs/lambda: shape [3], expected [2] = [H] (rule: lambda is [H], with B, T, H, "
+               "K from q, V from v, N from cu_seqlens)");
 }
 TEST_F(Rules, InitialStateFirstDimensionIsN) {
   const std::string p = good(Variant::gdn2, Arm::none, true);
   CasePatch(p).doubles("/inputs/h0", {1, 2, 3, 5}, std::vector<double>(30, 0.0));
-  expect_error(p, "/inputs/h0: shape [1,2,3,5], expected [3,2,3,5] = [N,H,K,V] (rule: h0 is [N,H,K,V], with B, T, H, K from q, V from v, N from cu_seqlens)");
+  expect_error(p,
+               "/inputs/h0: shape [1,2,3,5], expected [3,2,3,5] = [N,H,K,V] (rule: h0 is "
+               "[N,H,K,V], with B, T, H, K from q, V from v, N from cu_seqlens)");
 }
 
 // ---------------------------------------------------------------- /inputs values
@@ -375,7 +402,9 @@ TEST_F(Rules, DirectionNotFinite) {
 TEST_F(Rules, CuSeqlensNotInteger) {
   const std::string p = good(Variant::gdn, Arm::none, true);
   CasePatch(p).doubles("/inputs/cu_seqlens", {4}, {0, 3, 3, 7});
-  expect_error(p, "/inputs/cu_seqlens: has HDF5 type class float (rule: cu_seqlens is an integer dataset (int64))");
+  expect_error(p,
+               "/inputs/cu_seqlens: has HDF5 type class float (rule: cu_seqlens is an integer "
+               "dataset (int64))");
 }
 TEST_F(Rules, CuSeqlensAnyIntegerTypeIsAccepted) {
   const std::string p = good(Variant::gdn, Arm::none, true);
@@ -385,7 +414,8 @@ TEST_F(Rules, CuSeqlensAnyIntegerTypeIsAccepted) {
 TEST_F(Rules, CuSeqlensRank) {
   const std::string p = good(Variant::gdn, Arm::none, true);
   CasePatch(p).ints("/inputs/cu_seqlens", {2, 2}, {0, 3, 3, 7});
-  expect_error(p, "/inputs/cu_seqlens: rank 2 [2,2], expected rank 1 [N+1] (rule: cu_seqlens is [N+1])");
+  expect_error(
+      p, "/inputs/cu_seqlens: rank 2 [2,2], expected rank 1 [N+1] (rule: cu_seqlens is [N+1])");
 }
 TEST_F(Rules, CuSeqlensTooShort) {
   const std::string p = good(Variant::gdn, Arm::none, true);
@@ -412,7 +442,8 @@ TEST_F(Rules, CuSeqlensEndsAtT) {
   CasePatch(p).ints("/inputs/cu_seqlens", {4}, {0, 3, 3, 6});
   expect_error(p, "/inputs/cu_seqlens[3]: value 6, T = 7 (rule: cu_seqlens ends at T)");
   CasePatch(p).ints("/inputs/cu_seqlens", {4}, {0, 3, 3, INT64_MAX});
-  expect_error(p, "/inputs/cu_seqlens[3]: value 9223372036854775807, T = 7 (rule: cu_seqlens ends at T)");
+  expect_error(
+      p, "/inputs/cu_seqlens[3]: value 9223372036854775807, T = 7 (rule: cu_seqlens ends at T)");
 }
 
 }  // namespace
