@@ -91,7 +91,7 @@ if [[ -s "$OUT/tests.log" ]]; then
     sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+ *(\*\*\*)?([A-Za-z ]+[A-Za-z]).* ([0-9.]+) sec.*/| \1 | \3 | \4 |/' |
     sort | tee -a "$SUMMARY"
   grep -E "tests passed|tests failed" "$OUT/tests.log" | tail -1 | tee -a "$SUMMARY"
-  grep -c "^\[case\]" "$OUT/tests.log" | sed 's/^/oracle cases checked: /' | tee -a "$SUMMARY"
+  grep -c "\[case\]" "$OUT/tests.log" | sed 's/^/oracle cases checked: /' | tee -a "$SUMMARY"
 fi
 if [[ -s "$OUT/bench.log" ]]; then
   say ""

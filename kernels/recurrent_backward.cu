@@ -26,10 +26,10 @@ template <int K>
 __device__ __forceinline__ void load_tile(float (&S)[Tile<K>::NR][4], const float* base,
                                           int64_t rstride, bool ok, int r) {
   using Tl = Tile<K>;
+  // Predicated loads, no branch: all in flight together.
 #pragma unroll
   for (int i = 0; i < Tl::NR; ++i) {
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (ok) x = *reinterpret_cast<const float4*>(base + Tl::row(r, i) * rstride);
+    const float4 x = ld4_if(ok ? base + Tl::row(r, i) * rstride : base, ok);
     S[i][0] = x.x; S[i][1] = x.y; S[i][2] = x.z; S[i][3] = x.w;
   }
 }
@@ -111,12 +111,19 @@ __global__ void __launch_bounds__(256) rec_backward_kernel(RecArgs A) {
       const bool valid = warp < steps;
       const int64_t tok = sp.bos + t0 + warp;
       load_raw<K>(A, sp.b, tok, h, valid, vbase, BV, raw);
-      if (valid) {
-        const int64_t od = seq_off(A.dout, sp.b, tok, h);
-        for (int jl = lane; jl < BV; jl += 32)
-          dob[warp * BV + jl] = vbase + jl < A.V ? ldf(A.dout.p, od + vbase + jl, A.dout.dt) : 0.f;
+      uint32_t dov[Tl::VL];
+      const int64_t od = seq_off(A.dout, sp.b, tok, h);
+#pragma unroll
+      for (int i = 0; i < Tl::VL; ++i) {
+        const int jl = lane + 32 * i;
+        dov[i] = ld_bits(A.dout.p, od + vbase + jl, A.dout.dt, valid && jl < BV && vbase + jl < A.V);
       }
       prepare_step<K>(A, h, raw, vbase, BV, vecs + warp * stepf, vecs + warp * stepf + 4 * K);
+#pragma unroll
+      for (int i = 0; i < Tl::VL; ++i) {
+        const int jl = lane + 32 * i;
+        if (valid && jl < BV) dob[warp * BV + jl] = bits_to_float(dov[i], A.dout.dt);
+      }
     }
     __syncthreads();
 
@@ -325,8 +332,10 @@ __global__ void __launch_bounds__(256) rec_backward_epilogue(RecArgs A, EpiArgs 
       }
     }
   }
-  RawStep<K> raw;
-  load_raw<K>(A, brow, t, h, true, 0, 0, raw);
+  RawStep<K> rw;
+  load_raw<K>(A, brow, t, h, true, 0, 0, rw);
+  StepValues<K> raw;
+  convert_raw<K>(A, rw, raw);
   const bool qed = A.variant == kQed;
   const bool projected = qed && (A.arm == kArmFull || A.arm == kArmNogate || A.arm == kArmRand);
   const float lam = qed ? A.lambda[h] : 0.f;
@@ -404,7 +413,7 @@ __global__ void __launch_bounds__(256) rec_backward_epilogue(RecArgs A, EpiArgs 
   const float* ubr = A.ubar + (bt * A.H + h) * A.V;
   const int64_t ov = seq_off(A.v, brow, t, h);
   float svu = 0.f;
-  const float beta = has_bw ? 0.f : ldf(A.beta.p, seq_off(A.beta, brow, t, h), A.beta.dt);
+  const float beta = has_bw ? 0.f : raw.b[0];  // kda, gdn, deltanet: b = beta on every channel
   for (int64_t j = lane; j < A.V; j += 32) {
     const float u = ubr[j];
     const float vv = ldf(A.v.p, ov + j, A.v.dt);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/api.hpp"
 #include "kernels/recurrent_common.cuh"
@@ -30,36 +31,30 @@ __global__ void __launch_bounds__(256) rec_forward_kernel(RecArgs A) {
   const int64_t j0 = vbase + jloc;
   const bool colok = j0 < A.V;
 
-  int64_t slot = n;
-  if (A.slots) {
-    slot = A.slots[n];
-    if (slot < 0 || slot >= A.nslots) return;
-  }
   const SeqSpan sp = seq_span(A, n);
   const int64_t len = sp.eos - sp.bos;
-
-  float S[Tl::NR][4];
-#pragma unroll
-  for (int i = 0; i < Tl::NR; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) S[i][e] = 0.f;
-  if (A.h0.p && colok) {
-    const float* base = A.h0.p + slot * A.h0.sn + h * A.h0.sh + j0;
-#pragma unroll
-    for (int i = 0; i < Tl::NR; ++i) {
-      const float4 x = *reinterpret_cast<const float4*>(base + Tl::row(r, i) * A.h0.sk);
-      S[i][0] = x.x; S[i][1] = x.y; S[i][2] = x.z; S[i][3] = x.w;
-    }
-  }
-
   float* buf0 = sm;
   float* buf1 = sm + Tc * stepf;
   const int64_t nch = (len + Tc - 1) / Tc;
+  // Issue the first chunk's input loads, then the state's, before waiting on either.
   RawStep<K> raw;
-  if (nch > 0) {
-    load_raw<K>(A, sp.b, sp.bos + warp, h, warp < len, vbase, BV, raw);
-    prepare_step<K>(A, h, raw, vbase, BV, buf0 + warp * stepf, buf0 + warp * stepf + 4 * K);
+  load_raw<K>(A, sp.b, sp.bos + warp, h, nch > 0 && warp < len, vbase, BV, raw);
+  int64_t slot = n;
+  if (A.slots) {
+    slot = A.slots[n];
+    if (slot < 0 || slot >= A.nslots) return;  // padding entry: nothing read or written
   }
+  float S[Tl::NR][4];
+  {
+    const bool ld = A.h0.p != nullptr && colok;
+    const float* base = A.h0.p + (ld ? slot * A.h0.sn + h * A.h0.sh + j0 : 0);
+#pragma unroll
+    for (int i = 0; i < Tl::NR; ++i) {
+      const float4 x = ld4_if(base + (ld ? Tl::row(r, i) * A.h0.sk : 0), ld);
+      S[i][0] = x.x; S[i][1] = x.y; S[i][2] = x.z; S[i][3] = x.w;
+    }
+  }
+  prepare_step<K>(A, h, raw, vbase, BV, buf0 + warp * stepf, buf0 + warp * stepf + 4 * K);
   __syncthreads();
 
   for (int64_t c = 0; c < nch; ++c) {
@@ -74,9 +69,9 @@ __global__ void __launch_bounds__(256) rec_forward_kernel(RecArgs A) {
             make_float4(S[i][0], S[i][1], S[i][2], S[i][3]);
     }
     const bool more = c + 1 < nch;
-    if (more) {
-      const int64_t tn = t0 + Tc + warp;
-      load_raw<K>(A, sp.b, sp.bos + tn, h, tn < len, vbase, BV, raw);
+    {
+      const int64_t tn = t0 + Tc + warp;  // issued now, used after this chunk's steps
+      load_raw<K>(A, sp.b, sp.bos + tn, h, more && tn < len, vbase, BV, raw);
     }
     const int steps = static_cast<int>(len - t0 < Tc ? len - t0 : Tc);
     for (int s = 0; s < steps; ++s) {
@@ -186,16 +181,21 @@ Status launch_k(const char* fn, const RecArgs& A0, int nw, cudaStream_t stream) 
   return cuda_status(fn, "kernel launch", cudaGetLastError());
 }
 
-// Warps per block: enough to cover V, fewer when that leaves most multiprocessors idle.
+// Warps per block (= steps per chunk). Long sequences: enough warps to cover V (up to 8), so that
+// the next chunk's loads have 8 steps of work to hide behind; fewer only when blocks would leave
+// most multiprocessors idle. One-token calls (decode): small blocks, several resident per
+// multiprocessor, so that one block's memory traffic overlaps another's preparation.
 int choose_warps(const RecArgs& A) {
-  const int cpw = columns_per_warp(A.K);
-  int nw = static_cast<int>(std::min<int64_t>(8, (A.V + cpw - 1) / cpw));
-  const int64_t lanes = A.N * A.H;
-  while (nw > 1) {
-    const int64_t blocks = lanes * ((A.V + nw * cpw - 1) / (nw * cpw));
-    if (blocks >= 2 * num_sms() || lanes >= num_sms()) break;
-    nw /= 2;
+  if (const char* e = std::getenv("QED_REC_WARPS")) {  // tuning override (bench/), 1..8
+    const int w = std::atoi(e);
+    if (w >= 1 && w <= 8) return w;
   }
+  const int cpw = columns_per_warp(A.K);
+  const int64_t lanes = A.N * A.H;
+  auto blocks = [&](int nw) { return lanes * ((A.V + nw * cpw - 1) / (nw * cpw)); };
+  if (!A.cu && A.T == 1) return blocks(2) >= 2 * num_sms() ? 2 : 1;
+  int nw = static_cast<int>(std::min<int64_t>(8, (A.V + cpw - 1) / cpw));
+  while (nw > 1 && 2 * blocks(nw) < num_sms()) nw /= 2;
   return std::max(nw, 1);
 }
 

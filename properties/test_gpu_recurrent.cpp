@@ -7,6 +7,11 @@
 // ||x - r||_F / ||r||_F. Both fp32 computations accumulate rounding of the same size (same
 // algorithm, different summation orders); 4x leaves room for order effects, 2e-6 (~33 fp32
 // ulps) covers tensors where the float reference happens to be nearly exact. NaN never passes.
+// dlambda and dr are sums over all tokens, often with heavy cancellation (lambda*dlambda =
+// <dq,q> - sum(do*o) for the q-dependent arms): a single float-reference error on them is one
+// draw that can fall far below its typical size (seen on the device: 4.8e-7 where two
+// neighbouring problems gave 5e-6 and 1.7e-5). For them relF(cpu32) is the largest of three
+// draws: this problem and two with v moved by one float ulp at random positions.
 // Replay: QED_GPU_SEED=<seed> ./test_gpu_recurrent --gtest_filter=<test>
 #include <gtest/gtest.h>
 
@@ -15,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fixtures/generate.hpp"
@@ -90,6 +96,28 @@ reference::Grads<double> widen(const reference::Grads<To>& g) {
 
 constexpr double kFactor = 4.0, kFloor = 2e-6;
 
+// Largest float-reference error on dlambda and dr over two neighbouring problems.
+std::pair<double, double> reduction_error_draws(const reference::Inputs<double>& in,
+                                                const reference::Cotangents<double>& cot,
+                                                uint64_t seed) {
+  double el = 0, er = 0;
+  for (int d = 0; d < 2; ++d) {
+    auto p = in;
+    fixtures::Rng rng(seed * 31 + static_cast<uint64_t>(d) + 1);
+    for (auto& x : p.v) {
+      float f = static_cast<float>(x);
+      if (rng.uniform() < 0.5) f = std::nextafterf(f, rng.uniform() < 0.5 ? -1e30f : 1e30f);
+      x = f;
+    }
+    const auto g64 = reference::recurrent_backward(p, cot);
+    const auto g32 = widen(reference::recurrent_backward(reference::convert_inputs<float>(p),
+                                                          reference::convert_cotangents<float>(cot)));
+    el = std::max(el, rel_err(g32.dlambda, g64.dlambda));
+    er = std::max(er, rel_err(g32.dr, g64.dr));
+  }
+  return {el, er};
+}
+
 // Runs one case on the GPU and the CPU references; checks every tensor; returns the worst
 // ratio err_gpu / (kFactor * err_cpu32 + kFloor).
 double check_case(const CaseSpec& c) {
@@ -120,11 +148,16 @@ double check_case(const CaseSpec& c) {
       {"dbeta", &G.dbeta, &f_g.dbeta, &ref_g.dbeta},
       {"dlambda", &G.dlambda, &f_g.dlambda, &ref_g.dlambda},
       {"dr", &G.dr, &f_g.dr, &ref_g.dr},          {"dh0", &G.dh0, &f_g.dh0, &ref_g.dh0}};
+  std::pair<double, double> draws{0, 0};
+  if (c.variant == Variant::qed) draws = reduction_error_draws(run.inputs, run.cotangents, c.seed);
   double worst = 0;
   std::string line = describe(c) + " |";
   for (const auto& t : all) {
     if (t.ref->empty() && t.gpu->empty()) continue;
-    const double eg = rel_err(*t.gpu, *t.ref), ec = rel_err(*t.cpu32, *t.ref);
+    const double eg = rel_err(*t.gpu, *t.ref);
+    double ec = rel_err(*t.cpu32, *t.ref);
+    if (std::string(t.name) == "dlambda") ec = std::max(ec, draws.first);
+    if (std::string(t.name) == "dr") ec = std::max(ec, draws.second);
     const double tol = kFactor * ec + kFloor;
     const double ratio = eg / tol;
     worst = std::isnan(ratio) ? INFINITY : std::max(worst, ratio);

@@ -52,7 +52,8 @@ void decode_matches_forward(Variant variant, Arm arm, int64_t K, int64_t V, DTyp
   const std::vector<int32_t> idx = {3, 7, 0, 5, 1, -1};
   const int64_t KV = K * V;
   std::vector<double> pool(static_cast<size_t>(P * H * KV));
-  for (size_t i = 0; i < pool.size(); ++i) pool[i] = 0.25 * std::sin(0.37 * static_cast<double>(i));
+  for (size_t i = 0; i < pool.size(); ++i)  // fp32 values: the pool is fp32 on the device
+    pool[i] = static_cast<float>(0.25 * std::sin(0.37 * static_cast<double>(i)));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t e = 0; e < H * KV; ++e) pool[idx[b] * H * KV + e] = ri.h0[b * H * KV + e];
   const std::vector<double> pool0 = pool;
