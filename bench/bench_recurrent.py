@@ -229,27 +229,6 @@ def main():
         rows.append(line)
         del pool, pool_peer
 
-    # ---- tuning sweep: warps per block (QED_REC_WARPS overrides the heuristic) ----
-    tune = {}
-    B, T, H, K, V = (8, 4096, 16, 128, 128) if not args.quick else (2, 512, 16, 128, 128)
-    for nw in (1, 2, 4, 8):
-        os.environ["QED_REC_WARPS"] = str(nw)
-        tune[f"forward_nw{nw}_ms"] = time_ms(ours_fwd, warmup=1, reps=5)[0]
-    qd, kd, vd, gd, bd, wd = gdn2_inputs(512, 1, 16, 128, 128, torch.bfloat16, gen)
-    pool = (0.1 * torch.randn(512, 16, 128, 128, device="cuda", generator=gen)).float()
-    idx = torch.randperm(512, device="cuda", generator=gen).to(torch.int32)
-    od = torch.empty_like(vd)
-    for nw in (1, 2, 4, 8):
-        os.environ["QED_REC_WARPS"] = str(nw)
-        def dec():
-            check(lib.qed_rec_decode(GDN2, ARM_NONE, 512, 16, 128, 128, scale, BF16, ptr(qd), ptr(kd), ptr(vd),
-                                     ptr(gd), ptr(bd), ptr(wd), None, None, None, ptr(pool), ptr(idx),
-                                     512, ptr(od), stream(), err, len(err)), err, "qed_rec_decode")
-        tune[f"decode512_nw{nw}_us"] = graph_us(dec, replays=50, rounds=3)[0]
-    del os.environ["QED_REC_WARPS"]
-    res["tuning"] = tune
-    print("tuning: " + ", ".join(f"{k} {v:.3f}" for k, v in tune.items()), file=sys.stderr)
-
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_recurrent.json"), "w") as f:
         json.dump(res, f, indent=1)

@@ -14,6 +14,103 @@
 
 namespace qed::kernels::detail {
 
+// One step S <- D S + k u^T, u = z - (D S)^T a, o = S^T (scale q) on this thread's tile, from the
+// step's vectors in shared memory. Shared by the sequence and decode kernels so that a decode step
+// is bitwise the forward's step.
+template <int K>
+__device__ __forceinline__ void step_tile(float (&S)[Tile<K>::NR][4], const float* vec,
+                                          float4 zq, int r, float (&o)[4]) {
+  using Tl = Tile<K>;
+  float u[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int f = 0; f < Tl::NQ; ++f) {
+    const int rb = (f * Tl::R + r) * 4;
+    const float4 al = *reinterpret_cast<const float4*>(vec + rb);
+    const float4 aa = *reinterpret_cast<const float4*>(vec + K + rb);
+    const float alv[4] = {al.x, al.y, al.z, al.w};
+    const float aav[4] = {aa.x, aa.y, aa.z, aa.w};
+#pragma unroll
+    for (int e2 = 0; e2 < 4; ++e2)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        S[f * 4 + e2][e] *= alv[e2];
+        u[e] = fmaf(aav[e2], S[f * 4 + e2][e], u[e]);
+      }
+  }
+  const float zv[4] = {zq.x, zq.y, zq.z, zq.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) u[e] = zv[e] - allreduce_r<Tl::R>(u[e]);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) o[e] = 0.f;
+#pragma unroll
+  for (int f = 0; f < Tl::NQ; ++f) {
+    const int rb = (f * Tl::R + r) * 4;
+    const float4 qq = *reinterpret_cast<const float4*>(vec + 2 * K + rb);
+    const float4 kk = *reinterpret_cast<const float4*>(vec + 3 * K + rb);
+    const float qv[4] = {qq.x, qq.y, qq.z, qq.w};
+    const float kv[4] = {kk.x, kk.y, kk.z, kk.w};
+#pragma unroll
+    for (int e2 = 0; e2 < 4; ++e2)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        S[f * 4 + e2][e] = fmaf(kv[e2], u[e], S[f * 4 + e2][e]);
+        o[e] = fmaf(qv[e2], S[f * 4 + e2][e], o[e]);
+      }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) o[e] = allreduce_r<Tl::R>(o[e]);
+}
+
+// One token per sequence (decode, or any T = 1 call): every warp is independent. It prepares the
+// step's vectors for its own columns in its own shared-memory slice (no block barrier), so blocks
+// are small, many are resident, and state traffic from some overlaps preparation in others.
+template <int K>
+__global__ void __launch_bounds__(128, 4) rec_decode_kernel(RecArgs A) {
+  using Tl = Tile<K>;
+  __shared__ float4 smem4[4 * (4 * K + Tl::CPW) / 4];
+  float* sm = reinterpret_cast<float*>(smem4);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r = lane % Tl::R, cq = lane / Tl::R;
+  const int64_t n = blockIdx.x, h = blockIdx.y;
+  const int wcol = (blockIdx.z * A.nwarps + warp) * Tl::CPW;
+  if (wcol >= A.V) return;  // whole warp past V; no block barrier follows
+  const int64_t j0 = wcol + cq * 4;
+  const bool colok = j0 < A.V;
+  float* vec = sm + warp * (4 * K + Tl::CPW);
+  RawStep<K> raw;
+  load_raw<K>(A, n, 0, h, true, wcol, Tl::CPW, raw);
+  int64_t slot = n;
+  if (A.slots) {
+    slot = A.slots[n];
+    if (slot < 0 || slot >= A.nslots) return;  // padding entry: nothing read or written
+  }
+  float S[Tl::NR][4];
+  {
+    const bool ld = A.h0.p != nullptr && colok;
+    const float* base = A.h0.p + (ld ? slot * A.h0.sn + h * A.h0.sh + j0 : 0);
+#pragma unroll
+    for (int i = 0; i < Tl::NR; ++i) {
+      const float4 x = ld4_if(base + (ld ? Tl::row(r, i) * A.h0.sk : 0), ld);
+      S[i][0] = x.x; S[i][1] = x.y; S[i][2] = x.z; S[i][3] = x.w;
+    }
+  }
+  prepare_step<K>(A, h, raw, wcol, Tl::CPW, vec, vec + 4 * K);
+  __syncwarp();
+  float o[4];
+  step_tile<K>(S, vec, *reinterpret_cast<const float4*>(vec + 4 * K + cq * 4), r, o);
+  if (A.o.p && colok && r < 4) {
+    const float ov = r == 0 ? o[0] : (r == 1 ? o[1] : (r == 2 ? o[2] : o[3]));
+    stf(A.o.p, seq_off(A.o, n, 0, h) + j0 + r, A.o.dt, ov);
+  }
+  if (A.ht.p && colok) {
+    float* base = A.ht.p + slot * A.ht.sn + h * A.ht.sh + j0;
+#pragma unroll
+    for (int i = 0; i < Tl::NR; ++i)
+      *reinterpret_cast<float4*>(base + Tl::row(r, i) * A.ht.sk) =
+          make_float4(S[i][0], S[i][1], S[i][2], S[i][3]);
+  }
+}
+
 template <int K>
 __global__ void __launch_bounds__(256) rec_forward_kernel(RecArgs A) {
   using Tl = Tile<K>;
@@ -76,44 +173,8 @@ __global__ void __launch_bounds__(256) rec_forward_kernel(RecArgs A) {
     const int steps = static_cast<int>(len - t0 < Tc ? len - t0 : Tc);
     for (int s = 0; s < steps; ++s) {
       const float* vec = cur + s * stepf;
-      const float4 zq = *reinterpret_cast<const float4*>(vec + 4 * K + jloc);
-      float u[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int f = 0; f < Tl::NQ; ++f) {
-        const int rb = (f * Tl::R + r) * 4;
-        const float4 al = *reinterpret_cast<const float4*>(vec + rb);
-        const float4 aa = *reinterpret_cast<const float4*>(vec + K + rb);
-        const float alv[4] = {al.x, al.y, al.z, al.w};
-        const float aav[4] = {aa.x, aa.y, aa.z, aa.w};
-#pragma unroll
-        for (int e2 = 0; e2 < 4; ++e2)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            S[f * 4 + e2][e] *= alv[e2];
-            u[e] = fmaf(aav[e2], S[f * 4 + e2][e], u[e]);
-          }
-      }
-      const float zv[4] = {zq.x, zq.y, zq.z, zq.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) u[e] = zv[e] - allreduce_r<Tl::R>(u[e]);
-      float o[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int f = 0; f < Tl::NQ; ++f) {
-        const int rb = (f * Tl::R + r) * 4;
-        const float4 qq = *reinterpret_cast<const float4*>(vec + 2 * K + rb);
-        const float4 kk = *reinterpret_cast<const float4*>(vec + 3 * K + rb);
-        const float qv[4] = {qq.x, qq.y, qq.z, qq.w};
-        const float kv[4] = {kk.x, kk.y, kk.z, kk.w};
-#pragma unroll
-        for (int e2 = 0; e2 < 4; ++e2)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            S[f * 4 + e2][e] = fmaf(kv[e2], u[e], S[f * 4 + e2][e]);
-            o[e] = fmaf(qv[e2], S[f * 4 + e2][e], o[e]);
-          }
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = allreduce_r<Tl::R>(o[e]);
+      float o[4];
+      step_tile<K>(S, vec, *reinterpret_cast<const float4*>(vec + 4 * K + jloc), r, o);
       if (A.o.p && colok && r < 4) {
         const float ov = r == 0 ? o[0] : (r == 1 ? o[1] : (r == 2 ? o[2] : o[3]));
         stf(A.o.p, seq_off(A.o, sp.b, sp.bos + t0 + s, h) + j0 + r, A.o.dt, ov);
@@ -199,6 +260,30 @@ int choose_warps(const RecArgs& A) {
   return std::max(nw, 1);
 }
 
+template <int K>
+Status launch_decode_k(const char* fn, const RecArgs& A0, cudaStream_t stream) {
+  RecArgs A = A0;
+  const int cpw = Tile<K>::CPW;
+  const int64_t warps = A.N * A.H * ((A.V + cpw - 1) / cpw);
+  A.nwarps = warps >= 16 * num_sms() ? 4 : 1;  // one-warp blocks spread small batches wider
+  const int64_t nz = (A.V + A.nwarps * cpw - 1) / (A.nwarps * cpw);
+  if (A.N == 0) return {};
+  dim3 grid(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(nz));
+  rec_decode_kernel<K><<<grid, A.nwarps * 32, 0, stream>>>(A);
+  return cuda_status(fn, "decode kernel launch", cudaGetLastError());
+}
+
+Status launch_rec_decode(const char* fn, const RecArgs& A, cudaStream_t stream) {
+  switch (A.K) {
+    case 16: return launch_decode_k<16>(fn, A, stream);
+    case 32: return launch_decode_k<32>(fn, A, stream);
+    case 64: return launch_decode_k<64>(fn, A, stream);
+    case 128: return launch_decode_k<128>(fn, A, stream);
+    case 256: return launch_decode_k<256>(fn, A, stream);
+  }
+  return {StatusCode::unsupported, std::string(fn) + ": K not built"};
+}
+
 }  // namespace
 
 Status launch_rec_forward(const char* fn, const RecArgs& A, int nw, cudaStream_t stream) {
@@ -233,6 +318,7 @@ Status recurrent_forward(const RecurrentForwardParams& p) {
   A.ht = detail::state_out_arg(p.ht);
   A.slots = p.state_indices;
   A.nslots = p.num_state_slots;
+  if (!A.cu && A.T == 1) return detail::launch_rec_decode(fn, A, p.problem.stream);
   return detail::launch_rec_forward(fn, A, detail::choose_warps(A), p.problem.stream);
 }
 
@@ -263,7 +349,7 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
   A.ht = detail::state_out_arg(p.state);
   A.slots = p.state_indices;
   A.nslots = slots;
-  return detail::launch_rec_forward(fn, A, detail::choose_warps(A), p.problem.stream);
+  return detail::launch_rec_decode(fn, A, p.problem.stream);
 }
 
 }  // namespace qed::kernels
