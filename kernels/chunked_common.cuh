@@ -50,6 +50,8 @@ struct Args {
   char* ws = nullptr;
   int64_t blob = 0;  // bytes per (chunk, head)
   int vec = 0;       // q, k, b rows may be read in 16-byte pieces
+  int vec_g = 0;     // g too (channel g of q's dtype)
+  int vec_vw = 0;    // v, w too
   float max_diag = kMaxDiagExp2;
 };
 

@@ -161,6 +161,8 @@ Args make_args(const ChunkedForwardParams& p, Mode m) {
   const int elem = p.in.q.dtype == DType::fp32 ? 4 : 2;
   const bool chan_b = pr.variant == Variant::gdn2 || pr.variant == Variant::qed;
   A.vec = aligned16(p.in.q, elem) && aligned16(p.in.k, elem) && (!chan_b || aligned16(p.in.b, elem));
+  A.vec_g = p.in.g.data && p.in.g.dtype == p.in.q.dtype && aligned16(p.in.g, elem);
+  A.vec_vw = aligned16(p.in.v, elem) && (!chan_b || aligned16(p.in.w, elem));
   if (std::strcmp(mutant(), "nofallback") == 0) A.max_diag = 1e30f;
   return A;
 }
@@ -208,9 +210,14 @@ Status chunked_forward(const ChunkedForwardParams& p) {
     A.chunk_base = static_cast<const int64_t*>(ws);
     e = chunked::launch_chunk_base(A, static_cast<int64_t*>(ws), st);
   }
-  if (e == cudaSuccess)
-    e = chunked::launch_prep(A, pr.K > 0 && p.in.q.dtype == DType::fp32, m, A.chunk_bound, st);
-  if (e == cudaSuccess) e = chunked::launch_state(A, m, MT, st);
+  // Benchmark hook: QEDCHECK_CHUNKED_ONLY=prep|state launches one pass (the other pass's
+  // workspace contents are whatever an earlier call left), to time the passes apart.
+  const char* only = std::getenv("QEDCHECK_CHUNKED_ONLY");
+  const bool do_prep = !only || std::strcmp(only, "state") != 0;
+  const bool do_state = !only || std::strcmp(only, "prep") != 0;
+  if (e == cudaSuccess && do_prep)
+    e = chunked::launch_prep(A, p.in.q.dtype == DType::fp32, m, A.chunk_bound, st);
+  if (e == cudaSuccess && do_state) e = chunked::launch_state(A, m, MT, st);
   if (e != cudaSuccess) result = cuda_fail("kernel launch", e);
   if (owned) cudaFreeAsync(ws, st);
   return result;

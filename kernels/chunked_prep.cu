@@ -11,10 +11,20 @@ namespace {
 template <class InT, int K>
 struct alignas(16) PrepSmem {
   static constexpr int P = K + 8;  // row pitch: fragment-pattern reads hit distinct banks
-  InT q[kC][P];
-  InT k[kC][P];
-  InT b[kC][P];
-  float G[kC][P];   // in-chunk cumulative log2-decay
+  static constexpr int PV = 128 + 8;
+  // q, k, b until Ã is formed; then v and w (any V <= 128) for W_z.
+  union U {
+    struct In {
+      InT q[kC][P];
+      InT k[kC][P];
+      InT b[kC][P];
+    } in;
+    struct VW {
+      InT v[kC][PV];
+      InT w[kC][PV];
+    } vw;
+  } u;
+  float G[kC][P];   // raw g, then the in-chunk cumulative log2-decay, then Ã = A ⊙ Γ
   float T[kC][72];  // T, then L = (I+T)^-1
   float coef[kC];   // QED: lambda (k.m)/(k.k) for projected arms, else 0
   float wrow[kC];   // scalar write gate (kda, gdn, deltanet)
@@ -29,9 +39,9 @@ struct Ctx {
   const PrepSmem<InT, K>& s;
   float lam;
   int variant, arm;
-  __device__ float kf(int r, int c) const { return to_f(s.k[r][c]); }
-  __device__ float qf(int r, int c) const { return to_f(s.q[r][c]); }
-  __device__ float bf(int r, int c) const { return to_f(s.b[r][c]); }
+  __device__ float kf(int r, int c) const { return to_f(s.u.in.k[r][c]); }
+  __device__ float qf(int r, int c) const { return to_f(s.u.in.q[r][c]); }
+  __device__ float bf(int r, int c) const { return to_f(s.u.in.b[r][c]); }
   __device__ float mval(int r, int c) const {
     if (arm == kArmFull) return bf(r, c) * qf(r, c);
     if (arm == kArmRand) return bf(r, c) * s.r[c];
@@ -108,16 +118,21 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
   const bool chan_bw = A.variant == kGdn2 || qed;
   auto off = [&](const Seq& x, int r) { return sp.brow * x.sb + (t0 + r) * x.st + h * x.sh; };
 
-  // ---- load q, k, b (b = beta broadcast for scalar-gate variants) ----
+  // ---- load q, k, b (b = beta broadcast for scalar-gate variants) and raw g into G ----
+  const bool chan_g = A.variant == kGdn2 || qed || A.variant == kKda;
+  const bool has_g = A.variant != kDeltanet;
   {
     constexpr int VE = 16 / sizeof(InT);
     constexpr int NV = K / VE;
+    const bool gvec = A.vec_g && chan_g;
     const InT* qp = static_cast<const InT*>(A.q.p);
     const InT* kp = static_cast<const InT*>(A.k.p);
     const InT* bp = static_cast<const InT*>(A.b.p);
+    const InT* gp = static_cast<const InT*>(A.g.p);
+#pragma unroll 2
     for (int i = tid; i < kC * NV; i += kThreads) {
       const int r = i / NV, c = (i % NV) * VE;
-      uint4 vq = make_uint4(0, 0, 0, 0), vk = vq, vb = vq;
+      uint4 vq = make_uint4(0, 0, 0, 0), vk = vq, vb = vq, vg = vq;
       if (r < Cn) {
         if (A.vec) {
           vq = *reinterpret_cast<const uint4*>(qp + off(A.q, r) + c);
@@ -133,10 +148,25 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
             if (chan_bw) eb[e] = bp[off(A.b, r) + c + e];
           }
         }
+        if (gvec) vg = *reinterpret_cast<const uint4*>(gp + off(A.g, r) + c);
       }
-      *reinterpret_cast<uint4*>(&s.q[r][c]) = vq;
-      *reinterpret_cast<uint4*>(&s.k[r][c]) = vk;
-      if (chan_bw) *reinterpret_cast<uint4*>(&s.b[r][c]) = vb;
+      *reinterpret_cast<uint4*>(&s.u.in.q[r][c]) = vq;
+      *reinterpret_cast<uint4*>(&s.u.in.k[r][c]) = vk;
+      if (chan_bw) *reinterpret_cast<uint4*>(&s.u.in.b[r][c]) = vb;
+      if (gvec) {
+        const InT* eg = reinterpret_cast<const InT*>(&vg);
+#pragma unroll
+        for (int e = 0; e < VE; ++e) s.G[r][c + e] = to_f(eg[e]);
+      }
+    }
+    if (!gvec) {
+#pragma unroll 8
+      for (int i = tid; i < kC * K; i += kThreads) {
+        const int r = i / K, c = i % K;
+        float gv = 0.f;
+        if (has_g && r < Cn) gv = ld_any(A.g.p, off(A.g, r) + (chan_g ? c : 0), A.g.dt);
+        s.G[r][c] = gv;
+      }
     }
     if (!chan_bw) {
       for (int r = tid; r < kC; r += kThreads)
@@ -144,25 +174,20 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       __syncthreads();
       for (int i = tid; i < kC * K; i += kThreads) {
         const int r = i / K, c = i % K;
-        s.b[r][c] = static_cast<InT>(s.wrow[r]);
+        s.u.in.b[r][c] = static_cast<InT>(s.wrow[r]);
       }
     }
     if (A.arm == kArmRand)
       for (int c = tid; c < K; c += kThreads) s.r[c] = A.r[h * K + c];
   }
+  __syncthreads();
   // ---- in-chunk cumulative decay, base 2 (padded rows: g = 0) ----
-  {
-    const bool chan_g = A.variant == kGdn2 || qed || A.variant == kKda;
-    const bool has_g = A.variant != kDeltanet;
-    for (int c = tid; c < K; c += kThreads) {
-      float acc = 0.f;
+  for (int c = tid; c < K; c += kThreads) {
+    float acc = 0.f;
 #pragma unroll 8
-      for (int r = 0; r < kC; ++r) {
-        float gv = 0.f;
-        if (has_g && r < Cn) gv = ld_any(A.g.p, off(A.g, r) + (chan_g ? c : 0), A.g.dt);
-        acc = fmaf(gv, kLog2e, acc);
-        s.G[r][c] = acc;
-      }
+    for (int r = 0; r < kC; ++r) {
+      acc = fmaf(s.G[r][c], kLog2e, acc);
+      s.G[r][c] = acc;
     }
   }
   __syncthreads();
@@ -295,9 +320,10 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
     float l[kC];
 #pragma unroll
     for (int r = 0; r < kC; ++r) {
-      float acc = 0.f;
+      float a4[4] = {0.f, 0.f, 0.f, 0.f};  // four chains: a quarter of the dependent latency
 #pragma unroll
-      for (int j = 0; j < r; ++j) acc = fmaf(s.T[r][j], l[j], acc);
+      for (int j = 0; j < r; ++j) a4[j & 3] = fmaf(s.T[r][j], l[j], a4[j & 3]);
+      const float acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
       l[r] = r < c ? 0.f : (r == c ? 1.f : -acc);
     }
     asm volatile("bar.sync 1, 64;\n" ::);
@@ -349,9 +375,42 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       reinterpret_cast<float*>(blob + Lw::kGC)[c] = exp2f(s.G[kC - 1][c]);
   }
   __syncthreads();
+  // ---- Ã = A ⊙ Γ in place of G; q, k, b are then free for v and w ----
+  for (int i = tid; i < kC * K; i += kThreads) {
+    const int r = i / K, c = i % K;
+    s.G[r][c] = X.aval(r, c) * exp2f(s.G[r][c]);
+  }
+  __syncthreads();
+  {
+    constexpr int VE = 16 / sizeof(InT);
+    const int NVv = static_cast<int>(A.V) / VE;
+    const InT* vp = static_cast<const InT*>(A.v.p);
+    const InT* wp = static_cast<const InT*>(A.w.p);
+#pragma unroll 2
+    for (int i = tid; i < kC * NVv; i += kThreads) {
+      const int r = i / NVv, c = (i % NVv) * VE;
+      uint4 vv = make_uint4(0, 0, 0, 0), vw = vv;
+      if (r < Cn) {
+        if (A.vec_vw) {
+          vv = *reinterpret_cast<const uint4*>(vp + off(A.v, r) + c);
+          if (chan_bw) vw = *reinterpret_cast<const uint4*>(wp + off(A.w, r) + c);
+        } else {
+          InT* ev = reinterpret_cast<InT*>(&vv);
+          InT* ew = reinterpret_cast<InT*>(&vw);
+          for (int e = 0; e < VE; ++e) {
+            ev[e] = vp[off(A.v, r) + c + e];
+            if (chan_bw) ew[e] = wp[off(A.w, r) + c + e];
+          }
+        }
+      }
+      *reinterpret_cast<uint4*>(&s.u.vw.v[r][c]) = vv;
+      if (chan_bw) *reinterpret_cast<uint4*>(&s.u.vw.w[r][c]) = vw;
+    }
+  }
+  __syncthreads();
 
   if (warp < 2) {
-    // ---- W_a = L Ã (Ã = A ⊙ Γ), stored negated as -W_aᵀ B-fragments ----
+    // ---- W_a = L Ã, stored negated as -W_aᵀ B-fragments ----
     uint32_t la[10][NT * 4];
 #pragma unroll
     for (int I = 0; I < 4; ++I)
@@ -387,8 +446,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
           for (int reg = 0; reg < 2; ++reg) {
             const int j = 16 * kb + 2 * t + 8 * reg;
             uint32_t x[NT];
-            split2<NT>(X.aval(j, ch) * exp2f(s.G[j][ch]), X.aval(j + 1, ch) * exp2f(s.G[j + 1][ch]),
-                       x);
+            split2<NT>(s.G[j][ch], s.G[j + 1][ch], x);
 #pragma unroll
             for (int i = 0; i < NT; ++i) bb[2 * i + reg] = x[i];
           }
@@ -425,12 +483,9 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
           for (int i = 0; i < NT; ++i) lt[idx][2 * i + reg] = x[i];
         }
       }
-    const InT* vp = static_cast<const InT*>(A.v.p);
-    const InT* wp = static_cast<const InT*>(A.w.p);
     auto zval = [&](int j, int vv) -> float {
-      if (j >= Cn) return 0.f;
-      const float wv = chan_bw ? to_f(wp[off(A.w, j) + vv]) : s.wrow[j];
-      return wv * to_f(vp[off(A.v, j) + vv]);
+      const float wv = chan_bw ? to_f(s.u.vw.w[j][vv]) : s.wrow[j];
+      return wv * to_f(s.u.vw.v[j][vv]);
     };
     const int nvb = static_cast<int>(A.V / 16);
     for (int vb = warp - 2; vb < nvb; vb += 2) {

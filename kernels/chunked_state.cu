@@ -131,7 +131,12 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
     __syncwarp();
 
     // ---- phase A: Uᵀ and Sᵀ Q̃ᵀ for chunk rows 16w..16w+15 ----
-    float accU[MT][2][4], accP[MT][2][4];
+    // Two accumulator sets (even and odd key blocks) halve the dependent mma chains when the
+    // registers allow it.
+    constexpr int NC = MT <= 2 ? 2 : 1;
+    float accU[NC][MT][2][4], accP[NC][MT][2][4];
+    float (&aU0)[MT][2][4] = accU[0];
+    float (&aP0)[MT][2][4] = accP[0];
     {
       const float4* wz = reinterpret_cast<const float4*>(bufA + Z::aWA + Z::aQT);
 #pragma unroll
@@ -139,14 +144,18 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           const float4 z = wz[(m * 2 + nt) * 32 + lane];
-          accU[m][nt][0] = z.x;
-          accU[m][nt][1] = z.y;
-          accU[m][nt][2] = z.z;
-          accU[m][nt][3] = z.w;
+          aU0[m][nt][0] = z.x;
+          aU0[m][nt][1] = z.y;
+          aU0[m][nt][2] = z.z;
+          aU0[m][nt][3] = z.w;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) accP[m][nt][e] = 0.f;
+          for (int e = 0; e < 4; ++e) {
+            aP0[m][nt][e] = 0.f;
+#pragma unroll
+            for (int c = 1; c < NC; ++c) accU[c][m][nt][e] = accP[c][m][nt][e] = 0.f;
+          }
         }
-#pragma unroll 2
+#pragma unroll
       for (int kb = 0; kb < NKB; ++kb) {
         uint32_t aS[MT][NT * 4];
 #pragma unroll
@@ -167,18 +176,29 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
           load_b<NTQ>(bufA + Z::aWA + slot * NTQ * 8, bq);
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
-            mma_split<NT, NT>(accU[m][nt], aS[m], bw);
-            mma_split<NT, NTQ>(accP[m][nt], aS[m], bq);
+            mma_split<NT, NT>(accU[kb % NC][m][nt], aS[m], bw);
+            mma_split<NT, NTQ>(accP[kb % NC][m][nt], aS[m], bq);
           }
         }
       }
 #pragma unroll
+      for (int c = 1; c < NC; ++c)
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              aU0[m][nt][e] += accU[c][m][nt][e];
+              aP0[m][nt][e] += accP[c][m][nt][e];
+            }
+#pragma unroll
       for (int m = 0; m < MT; ++m) {
         uint32_t r0[NT], r1[NT], r2[NT], r3[NT];
-        split2<NT>(accU[m][0][0], accU[m][0][1], r0);
-        split2<NT>(accU[m][0][2], accU[m][0][3], r1);
-        split2<NT>(accU[m][1][0], accU[m][1][1], r2);
-        split2<NT>(accU[m][1][2], accU[m][1][3], r3);
+        split2<NT>(aU0[m][0][0], aU0[m][0][1], r0);
+        split2<NT>(aU0[m][0][2], aU0[m][0][3], r1);
+        split2<NT>(aU0[m][1][0], aU0[m][1][1], r2);
+        split2<NT>(aU0[m][1][2], aU0[m][1][3], r3);
 #pragma unroll
         for (int i = 0; i < NT; ++i)
           Ubuf[((m * 4 + warp) * NT + i) * 32 + lane] = make_uint4(r0[i], r1[i], r2[i], r3[i]);
@@ -230,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
             uint32_t bm[NTQ * 2];
             load_b<NTQ>(bufB + Z::bKH + ((kb * 2 + nt) * 32 + lane) * NTQ * 8, bm);
 #pragma unroll
-            for (int m = 0; m < MT; ++m) mma_split<NT, NTQ>(accP[m][nt], aU[m], bm);
+            for (int m = 0; m < MT; ++m) mma_split<NT, NTQ>(aP0[m][nt], aU[m], bm);
           }
         }
       }
@@ -244,7 +264,7 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
             const int row = 16 * warp + 8 * nt + 2 * t + (e & 1);
             if (row < Cn)
               store_out(A, sp.brow * A.o_sb + (tok0 + row) * A.o_st + h * A.o_sh + vcol(m, e),
-                        A.scale * accP[m][nt][e]);
+                        A.scale * aP0[m][nt][e]);
           }
       writeS();
     }

@@ -68,10 +68,13 @@ TEST(GpuChunkedProps, StatePassingAcrossCalls) {
       o_cat.insert(o_cat.end(), c, c + (g.dims.T - tau) * row);
     }
     const double eo = rel_err(o_cat, whole.outputs.o), eh = rel_err(second.outputs.ht, whole.outputs.ht);
-    const double tol = dt == DType::fp32 ? 1e-5 : 5e-4;
+    // bf16: o carries one bf16 rounding of Q̃ and M (about 3e-3 relF, MATH.md §10 chunkbf), and
+    // moving the chunk boundaries changes which values are rounded, so two bf16 runs differ by
+    // about that much in o; ht is accumulated in fp32 from split operands.
+    const double to = dt == DType::fp32 ? 1e-5 : 1e-2, th = dt == DType::fp32 ? 1e-5 : 5e-4;
     std::printf("[P2] %s | o %.2e ht %.2e\n", describe(g, dt).c_str(), eo, eh);
-    EXPECT_TRUE(eo <= tol) << describe(g, dt) << ": split-run o differs by " << eo;
-    EXPECT_TRUE(eh <= tol) << describe(g, dt) << ": split-run ht differs by " << eh;
+    EXPECT_TRUE(eo <= to) << describe(g, dt) << ": split-run o differs by " << eo << " > " << to;
+    EXPECT_TRUE(eh <= th) << describe(g, dt) << ": split-run ht differs by " << eh << " > " << th;
   }
 }
 
