@@ -17,7 +17,9 @@ namespace {
 
 struct VerifyCli {
   std::string input, tolerance_file, json, golden;
-  double rtol = -1, atol = -1, digits = 20;
+  double rtol = 0, atol = 0, digits = 20;
+  CLI::Option* rtol_given = nullptr;
+  CLI::Option* atol_given = nullptr;
   int cap_bits = 4096, threads = 0;
   bool no_golden = false;
 };
@@ -33,9 +35,10 @@ std::string default_golden_dir() {
 
 int run_verify(const VerifyCli& opt) {
   try {
-    if (!opt.tolerance_file.empty() && opt.rtol >= 0)
+    const bool has_rtol = opt.rtol_given->count() > 0, has_atol = opt.atol_given->count() > 0;
+    if (!opt.tolerance_file.empty() && has_rtol)
       throw qed::Error("--tolerance and --rtol exclude each other (one source of bounds)");
-    if (opt.atol >= 0 && opt.rtol < 0)
+    if (has_atol && !has_rtol)
       throw qed::Error("--atol needs --rtol (the pair sets every dataset's bounds)");
     verify::VerifyOptions vo;
     vo.digits = opt.digits;
@@ -43,9 +46,9 @@ int run_verify(const VerifyCli& opt) {
     vo.threads = opt.threads;
     vo.golden_dir = opt.no_golden ? "" : (opt.golden.empty() ? default_golden_dir() : opt.golden);
     if (!opt.tolerance_file.empty()) vo.tolerance = verify::read_tolerance_file(opt.tolerance_file);
-    if (opt.rtol >= 0)
+    if (has_rtol)
       vo.tolerance = verify::tolerance_from_options(
-          opt.rtol, opt.atol >= 0 ? std::optional<double>(opt.atol) : std::nullopt);
+          opt.rtol, has_atol ? std::optional<double>(opt.atol) : std::nullopt);
     const fixtures::Case cand = fixtures::read_case(opt.input);
     const verify::Verdict v = verify::verify_candidate(cand, vo);
     verify::print_verdict(stdout, v);
@@ -76,8 +79,10 @@ const RegisterVerb reg(30, [](CLI::App& app, Action& action) {
   sub->add_option("--tolerance", opt->tolerance_file,
                   "tolerance file (JSON, schema qedcheck.tolerance/1); datasets it does not cover "
                   "use the twin rule");
-  sub->add_option("--rtol", opt->rtol, "bound on ||cand-ref||_F / ||ref||_F for every dataset");
-  sub->add_option("--atol", opt->atol, "with --rtol: bound on max |cand-ref| for every dataset");
+  opt->rtol_given =
+      sub->add_option("--rtol", opt->rtol, "bound on ||cand-ref||_F / ||ref||_F for every dataset");
+  opt->atol_given =
+      sub->add_option("--atol", opt->atol, "with --rtol: bound on max |cand-ref| for every dataset");
   sub->add_option("--json", opt->json, "write the verdict as JSON (schema qedcheck.verdict/1)");
   sub->add_option("--digits", opt->digits, "oracle: certified digits when recomputing")
       ->capture_default_str()

@@ -173,10 +173,13 @@ Verdict verify_candidate(const fixtures::Case& cand, const VerifyOptions& opt) {
         const fixtures::Dataset* td = find_result(twin, m.name);
         if (!td) throw qed::Error("twin " + v.twins.labels[r] + " did not produce " + m.name);
         const Metrics tm = compare_dataset(m.name, m.axes, *td, *find_result(ref, m.name), v.unit_roundoff);
-        // A twin that overflows is no yardstick; that is the reference's own failure to report.
-        if (!tm.finite)
-          v.warnings.push_back(fmt::format("twin {} gave a non-finite {} at {}", v.twins.labels[r],
-                                           m.name, tm.first_nonfinite.text()));
+        // A twin that overflows is no yardstick (an infinite bound would pass anything): it is
+        // left out, and when no twin is finite only the one-rounding floor remains.
+        if (!tm.finite) {
+          v.warnings.push_back(fmt::format("twin {} gave a non-finite {} at {}; it sets no bound",
+                                           v.twins.labels[r], m.name, tm.first_nonfinite.text()));
+          continue;
+        }
         if (tm.rel_frobenius >= err[i].rel_frobenius || err[i].worst_twin.empty()) {
           err[i].rel_frobenius = tm.rel_frobenius;
           err[i].worst_twin = v.twins.labels[r];
@@ -189,6 +192,11 @@ Verdict verify_candidate(const fixtures::Case& cand, const VerifyOptions& opt) {
       if (opt.tolerance.explicit_bound(d.metrics.name)) continue;
       d.twin = err[i];
       d.bound = twin_rule_bound(err[i], d.metrics, v.unit_roundoff);
+      if (err[i].rel_frobenius >= 0.5)
+        v.warnings.push_back(fmt::format(
+            "{}: the twin's own relative error is {:.2g}: {} cannot resolve this dataset on these "
+            "inputs, so the twin bound is nearly vacuous",
+            d.metrics.name, err[i].rel_frobenius, cand.dtype));
     }
     v.twins_run = true;
     v.twin_seconds = since(tt);

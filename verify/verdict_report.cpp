@@ -101,7 +101,7 @@ void print_verdict(std::FILE* out, const Verdict& v) {
                std::isfinite(m.eps_units) ? fmt::format("{:.1f}", m.eps_units) : "inf",
                m.finite ? m.max_abs_at.text() : "NaN/Inf " + m.first_nonfinite.text(),
                sci(d.bound.rtol_frobenius), sci(d.bound.atol_max),
-               std::isfinite(d.score) ? fmt::format("{:.3f}", d.score) : "inf",
+               std::isfinite(d.score) ? fmt::format("{:.3g}", d.score) : "inf",
                d.pass ? "pass" : "FAIL");
   }
   for (const auto& w : v.warnings) fmt::print(out, "warning    {}\n", w);

@@ -1,0 +1,197 @@
+// The verify library by itself: metrics and locations on hand-computed data, the tolerance file
+// schema, the judgement, the twin plan, and input hashing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "fixtures/generate.hpp"
+#include "properties/test_verify_support.hpp"
+#include "verify/compare.hpp"
+#include "verify/compare_golden.hpp"
+#include "verify/tolerance.hpp"
+
+using namespace qed;
+using namespace qed::verify;
+
+namespace {
+
+fixtures::Dataset ds(std::vector<double> x, std::vector<double> lo = {}) {
+  fixtures::Dataset d;
+  d.data = std::move(x);
+  d.lo = std::move(lo);
+  return d;
+}
+
+}  // namespace
+
+TEST(VerifyMetrics, HandComputedErrorsAndLocation) {
+  const Axes axes{{2, 3}, {"h", "k"}};
+  const auto ref = ds({3, 4, 0, 0, 0, 0});
+  const auto cand = ds({3, 4.5, 0, 0, 0, 1e-9});
+  const Metrics m = compare_dataset("grads/dr", axes, cand, ref, std::ldexp(1.0, -24));
+  EXPECT_DOUBLE_EQ(m.ref_frobenius, 5.0);
+  EXPECT_DOUBLE_EQ(m.ref_max_abs, 4.0);
+  EXPECT_DOUBLE_EQ(m.err_frobenius, std::sqrt(0.25 + 1e-18));
+  EXPECT_DOUBLE_EQ(m.rel_frobenius, m.err_frobenius / 5.0);
+  EXPECT_DOUBLE_EQ(m.max_abs_error, 0.5);
+  EXPECT_EQ(m.max_abs_at.flat, 1);
+  EXPECT_EQ(m.max_abs_at.text(), "(h=0, k=1)");
+  // Element 5 has |ref| = 0 < 1e-3 * 4: outside the max relative error.
+  EXPECT_DOUBLE_EQ(m.max_rel_error, 0.125);
+  EXPECT_EQ(m.max_rel_at.flat, 1);
+  EXPECT_DOUBLE_EQ(m.eps_units, m.rel_frobenius / std::ldexp(1.0, -24));
+  EXPECT_TRUE(m.finite);
+}
+
+TEST(VerifyMetrics, FirstNonFiniteIsReportedAndFails) {
+  const Axes axes{{1, 2, 1, 3}, {"b", "t", "h", "v"}};
+  const auto ref = ds({1, 2, 3, 4, 5, 6});
+  auto cand = ref;
+  cand.data[4] = std::numeric_limits<double>::quiet_NaN();
+  cand.data[5] = std::numeric_limits<double>::infinity();
+  const Metrics m = compare_dataset("outputs/o", axes, cand, ref, 1e-16);
+  EXPECT_FALSE(m.finite);
+  EXPECT_EQ(m.first_nonfinite.text(), "(b=0, t=1, h=0, v=1)");
+  Bound loose;
+  loose.rtol_frobenius = 1e300;
+  EXPECT_TRUE(std::isinf(judge(m, loose)));
+}
+
+TEST(VerifyMetrics, LowPartsAreUsedOnBothSides) {
+  const Axes axes{{2}, {"h"}};
+  const auto ref = ds({1.0, 2.0}, {1e-20, -3e-20});
+  EXPECT_EQ(compare_dataset("grads/dlambda", axes, ref, ref, 1e-16).max_abs_error, 0.0);
+  const auto hi_only = ds({1.0, 2.0});
+  const Metrics m = compare_dataset("grads/dlambda", axes, hi_only, ref, 1e-16);
+  EXPECT_DOUBLE_EQ(m.max_abs_error, 3e-20);
+  EXPECT_EQ(m.max_abs_at.flat, 1);
+}
+
+TEST(VerifyMetrics, AxesOfEveryResult) {
+  fixtures::Case c;
+  fixtures::GenSpec spec;
+  spec.variant = reference::Variant::gdn;
+  spec.dims = {2, 5, 3, 4, 6};
+  c.inputs = fixtures::generate(spec);
+  EXPECT_EQ(result_axes(c, "outputs/o").labels, (std::vector<std::string>{"b", "t", "h", "v"}));
+  EXPECT_EQ(result_axes(c, "outputs/ht").shape, (std::vector<int64_t>{2, 3, 4, 6}));
+  EXPECT_EQ(result_axes(c, "grads/dh0").labels, (std::vector<std::string>{"n", "h", "k", "v"}));
+  EXPECT_EQ(result_axes(c, "grads/dk").shape, (std::vector<int64_t>{2, 5, 3, 4}));
+  EXPECT_EQ(result_axes(c, "grads/dg").shape, (std::vector<int64_t>{2, 5, 3}));  // scalar g
+  EXPECT_EQ(result_axes(c, "grads/dbeta").labels, (std::vector<std::string>{"b", "t", "h"}));
+  EXPECT_EQ(result_axes(c, "grads/dlambda").labels, (std::vector<std::string>{"h"}));
+  EXPECT_EQ(result_axes(c, "grads/dr").shape, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(locate(result_axes(c, "grads/dv"), 2 * 6 + 5).text(), "(b=0, t=0, h=2, v=5)");
+  EXPECT_THROW(result_axes(c, "grads/dz"), qed::Error);
+}
+
+TEST(VerifyTolerance, FileSchemaAndPrecedence) {
+  const ToleranceSpec s = parse_tolerance(
+      R"({"schema": "qedcheck.tolerance/1", "description": "x",
+          "datasets": {"o": {"rtol_frobenius": 1e-6, "atol_max": 2e-6},
+                       "grads/dk": {"atol_max": 0, "note": "exact"},
+                       "*": {"rtol_frobenius": 0.5}}})",
+      "t.json");
+  auto o = s.explicit_bound("outputs/o");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->rtol_frobenius, 1e-6);
+  EXPECT_EQ(o->atol_max, 2e-6);
+  EXPECT_EQ(o->source, "file:t.json[o]");
+  EXPECT_TRUE(std::isnan(s.explicit_bound("grads/dk")->rtol_frobenius));
+  EXPECT_EQ(s.explicit_bound("grads/dv")->rtol_frobenius, 0.5);  // the wildcard
+  const ToleranceSpec none = parse_tolerance(
+      R"({"schema": "qedcheck.tolerance/1", "datasets": {"dq": {"rtol_frobenius": 1}}})", "t");
+  EXPECT_FALSE(none.explicit_bound("grads/dk"));  // left to the twin rule
+  // A certificate may carry its tolerance as a member.
+  const ToleranceSpec cert = parse_tolerance(
+      R"({"schema": "qedcheck.certificate/1", "tolerance":
+          {"schema": "qedcheck.tolerance/1", "datasets": {"*": {"atol_max": 3}}}})", "c");
+  EXPECT_EQ(cert.explicit_bound("outputs/ht")->atol_max, 3);
+}
+
+TEST(VerifyTolerance, EveryBrokenRuleIsAnError) {
+  const char* bad[] = {
+      "not json",
+      R"([1, 2])",
+      R"({"datasets": {"o": {"rtol_frobenius": 1}}})",
+      R"({"schema": "qedcheck.tolerance/2", "datasets": {}})",
+      R"({"schema": "qedcheck.tolerance/1"})",
+      R"({"schema": "qedcheck.tolerance/1", "datasets": {"o": {"rtol": 1}}})",
+      R"({"schema": "qedcheck.tolerance/1", "datasets": {"o": {"rtol_frobenius": -1}}})",
+      R"({"schema": "qedcheck.tolerance/1", "datasets": {"o": {"atol_max": "1e-3"}}})",
+      R"({"schema": "qedcheck.tolerance/1", "datasets": {"o": {}}})",
+      R"({"schema": "qedcheck.tolerance/1", "datasets": {"dz": {"atol_max": 1}}})",
+      R"({"schema": "qedcheck.tolerance/1", "datasets": {"o": {"atol_max": 1}, "outputs/o": {"atol_max": 1}}})",
+  };
+  for (const char* text : bad) EXPECT_THROW(parse_tolerance(text, "bad.json"), qed::Error) << text;
+  EXPECT_THROW(tolerance_from_options(-1, std::nullopt), qed::Error);
+  EXPECT_THROW(tolerance_from_options(1, std::numeric_limits<double>::infinity()), qed::Error);
+}
+
+TEST(VerifyTolerance, JudgeAndTwinRule) {
+  Metrics m;
+  m.rel_frobenius = 1e-6;
+  m.max_abs_error = 3e-6;
+  m.ref_max_abs = 10;
+  Bound b;
+  b.rtol_frobenius = 2e-6;
+  EXPECT_DOUBLE_EQ(judge(m, b), 0.5);
+  b.atol_max = 1e-6;
+  EXPECT_DOUBLE_EQ(judge(m, b), 3.0);
+  Bound zero;
+  zero.atol_max = 0;
+  EXPECT_TRUE(std::isinf(judge(m, zero)));
+  m.max_abs_error = 0;
+  EXPECT_EQ(judge(m, zero), 0.0);
+  // Twin rule: F * max(twin error, one rounding to the dtype).
+  TwinError e{1e-3, 1e-9, "t"};
+  const Bound r = twin_rule_bound(e, m, 1e-5);
+  EXPECT_DOUBLE_EQ(r.rtol_frobenius, 2e-3);
+  EXPECT_DOUBLE_EQ(r.atol_max, 2e-4);  // 2 * u * max|ref| dominates the tiny twin max error
+  EXPECT_EQ(r.source, "rule:twin");
+}
+
+TEST(VerifyTolerance, TwinPlanPerDtype) {
+  const auto names = implementation_names();
+  const bool chunked = std::find(names.begin(), names.end(), "reference-chunked") != names.end();
+  const TwinPlan d = twin_plan("float64");
+  EXPECT_EQ(d.labels.front(), "reference-recurrent@double");
+  const TwinPlan f = twin_plan("float32");
+  EXPECT_EQ(f.labels.front(), "reference-recurrent@float");
+  const TwinPlan b = twin_plan("bfloat16");
+  EXPECT_EQ(b.provisional, !chunked);
+  if (chunked) {
+    EXPECT_EQ(b.labels.back(), "reference-chunked@float+bf16");
+    EXPECT_EQ(twin_plan("float16").labels.back(), "reference-chunked@float+fp16");
+  }
+  EXPECT_THROW(twin_plan("float8"), qed::Error);
+  EXPECT_EQ(unit_roundoff("bfloat16"), std::ldexp(1.0, -8));
+  EXPECT_EQ(unit_roundoff("float16"), std::ldexp(1.0, -11));
+}
+
+TEST(VerifyGolden, HashSeesEveryInputBitAndNotTheDtype) {
+  fixtures::Case a = qed::verify_test::golden("qed_rand_prop");
+  const std::string h = input_hash(a);
+  fixtures::Case b = a;
+  b.dtype = "float32";
+  EXPECT_EQ(input_hash(b), h);
+  EXPECT_TRUE(same_inputs(a, b));
+  using Field = std::vector<double> reference::Inputs<double>::*;
+  for (Field f : {&reference::Inputs<double>::q, &reference::Inputs<double>::r,
+                  &reference::Inputs<double>::h0, &reference::Inputs<double>::lambda}) {
+    fixtures::Case c = a;
+    double& x = (c.inputs.*f).back();
+    uint64_t bits;
+    std::memcpy(&bits, &x, 8);
+    bits ^= 1;  // one ulp
+    std::memcpy(&x, &bits, 8);
+    EXPECT_NE(input_hash(c), h);
+    EXPECT_FALSE(same_inputs(a, c));
+  }
+  fixtures::Case c = a;
+  c.cotangents->do_[0] += 1;
+  EXPECT_EQ(input_hash(c), h);  // cotangents are not inputs ...
+  EXPECT_FALSE(same_cotangents(a, c));  // ... but the golden lookup checks them separately
+}

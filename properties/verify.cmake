@@ -1,0 +1,19 @@
+# verify: the tests of `qedcheck verify` and of the golden corpus link the verify library and run
+# the qedcheck binary (its path is compiled in as QEDCHECK_BIN).
+foreach(t test_verify test_verify_cli test_verify_malformed test_golden)
+  if(TARGET ${t})
+    target_link_libraries(${t} PRIVATE qed_verify)
+    target_compile_definitions(${t} PRIVATE QEDCHECK_BIN="$<TARGET_FILE:qedcheck>")
+    add_dependencies(${t} qedcheck)
+  endif()
+endforeach()
+
+# The committed corpus equals what the generator builds now (decoded datasets and attributes).
+add_test(NAME golden.corpus_matches_generator
+  COMMAND $<TARGET_FILE:qedcheck> golden --check ${PROJECT_SOURCE_DIR}/fixtures/golden)
+set_tests_properties(golden.corpus_matches_generator PROPERTIES LABELS cpu TIMEOUT 300)
+
+# The PyTorch interop script's numpy-only path writes a bf16 candidate that verify accepts.
+add_test(NAME verify.python_dump_dry_run
+  COMMAND sh -c "'${QEDCHECK_PYTHON}' '${PROJECT_SOURCE_DIR}/examples/python/dump_fla_gdn2.py' --dry-run --T 70 --K 8 --V 8 --B 1 --seqlens 30,0,40 --out '${CMAKE_CURRENT_BINARY_DIR}/fla_dry.h5' && '$<TARGET_FILE:qedcheck>' verify '${CMAKE_CURRENT_BINARY_DIR}/fla_dry.h5' --json '${CMAKE_CURRENT_BINARY_DIR}/fla_dry.json'")
+set_tests_properties(verify.python_dump_dry_run PROPERTIES LABELS cpu TIMEOUT 120)
