@@ -13,14 +13,22 @@ cotangents do and dht), and writes /inputs (float64 holding bf16 values, /inputs
 `--dry-run` needs neither torch nor fla: it writes the same case with the outputs of a float32
 numpy recurrence standing in for the kernel (forward only), to test this script and the
 verifier end to end. Needs numpy and h5py; the real run needs torch and flash-linear-attention.
+Where h5py is missing (a bare GPU machine), write `--out X.npz` and convert it elsewhere with
+`--from-npz X.npz --out X.h5`.
 See examples/python/verify_example.md for the workflow.
 """
 import argparse
 import os
 import sys
 
-import h5py
+import json
+
 import numpy as np
+
+try:
+    import h5py
+except ImportError:  # a GPU machine without h5py: write .npz there, convert with --from-npz here
+    h5py = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from write_case import round_to, unit_rows  # noqa: E402  (the format's reference writer)
@@ -120,28 +128,50 @@ def dry_run(inputs, scale):
         "examples/python/dump_fla_gdn2.py --dry-run (float32 numpy recurrence, forward only)"
 
 
-def write_candidate(path, args, inputs, cot, outputs, grads, producer, scale):
-    """CASE_FORMAT version 1, written to a temporary file and renamed into place."""
+def write_candidate(path, dtype, groups, producer, scale):
+    """CASE_FORMAT version 1, written to a temporary file and renamed into place. A path ending
+    in .npz stores the same content as numpy arrays ("inputs/q", ...) plus a JSON "attrs"."""
     tmp = f"{path}.tmp-{os.getpid()}"
+    attrs = {"format": "qedcheck.case", "version": 1, "variant": "gdn2", "scale": scale,
+             "producer": producer, "dtype": dtype}
     try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = "qedcheck.case"
-            f.attrs["version"] = np.int64(1)
-            f.attrs["variant"] = "gdn2"
-            f.attrs["scale"] = np.float64(scale)
-            f.attrs["producer"] = producer
-            for group, data in (("inputs", inputs), ("cotangents", cot), ("outputs", outputs),
-                                ("grads", grads)):
-                if not data:
-                    continue
-                g = f.create_group(group)
-                for name, a in data.items():
-                    g.create_dataset(name, data=a.astype("<i8" if name == "cu_seqlens" else "<f8"))
-            f["inputs"].attrs["dtype"] = args.dtype
+        if path.endswith(".npz"):
+            arrays = {f"{g}/{n}": a for g, data in groups.items() for n, a in data.items()}
+            with open(tmp, "wb") as f:
+                np.savez(f, attrs=np.array(json.dumps(attrs)), **arrays)
+        else:
+            if h5py is None:
+                sys.exit("dump_fla_gdn2.py: h5py is missing; write --out X.npz and convert it "
+                         "with --from-npz X.npz --out X.h5 where h5py is installed")
+            with h5py.File(tmp, "w") as f:
+                f.attrs["format"] = "qedcheck.case"
+                f.attrs["version"] = np.int64(1)
+                f.attrs["variant"] = "gdn2"
+                f.attrs["scale"] = np.float64(scale)
+                f.attrs["producer"] = producer
+                for group, data in groups.items():
+                    if not data:
+                        continue
+                    g = f.create_group(group)
+                    for name, a in data.items():
+                        kind = "<i8" if name == "cu_seqlens" else "<f8"
+                        g.create_dataset(name, data=np.asarray(a).astype(kind))
+                f["inputs"].attrs["dtype"] = dtype
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def from_npz(src, out):
+    with np.load(src) as z:
+        attrs = json.loads(str(z["attrs"]))
+        groups = {}
+        for key in z.files:
+            if key != "attrs":
+                g, n = key.split("/")
+                groups.setdefault(g, {})[n] = z[key]
+    write_candidate(out, attrs["dtype"], groups, attrs["producer"], attrs["scale"])
 
 
 def main():
@@ -159,14 +189,20 @@ def main():
     p.add_argument("--impl", choices=("chunk", "naive"), default="chunk")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dry-run", action="store_true", help="no torch/fla: numpy stand-in results")
+    p.add_argument("--from-npz", metavar="NPZ", help="convert a .npz written by this script to --out")
     args = p.parse_args()
+    if args.from_npz:
+        from_npz(args.from_npz, args.out)
+        print(f"wrote {args.out} from {args.from_npz}")
+        return
     inputs, cot = make_problem(args)
     scale = args.K ** -0.5
     if args.dry_run:
         outputs, grads, producer = dry_run(inputs, scale)
     else:
         outputs, grads, producer = run_fla(args, inputs, cot, scale)
-    write_candidate(args.out, args, inputs, cot, outputs, grads, producer, scale)
+    groups = {"inputs": inputs, "cotangents": cot, "outputs": outputs, "grads": grads}
+    write_candidate(args.out, args.dtype, groups, producer, scale)
     print(f"wrote {args.out}: {producer}; judge it with `qedcheck verify {args.out}`")
 
 
