@@ -4,12 +4,21 @@
 #include "reference/recurrent.hpp"
 #include "verify/evaluate.hpp"
 
+#ifdef QEDCHECK_HAVE_CUDA
+#include "kernels/chunked_host.hpp"
+#include "kernels/host_run.hpp"
+#endif
+
 namespace qed::verify {
 
 using namespace qed::reference;
 
 std::vector<std::string> implementation_names() {
   std::vector<std::string> names = {"reference-recurrent", "reference-chunked"};
+#ifdef QEDCHECK_HAVE_CUDA
+  names.push_back("cuda-recurrent");
+  names.push_back("cuda-chunked");
+#endif
   return names;
 }
 
@@ -29,6 +38,32 @@ void store_named(const Named& named, int bits, fixtures::Case& out) {
     (name.rfind("outputs/", 0) == 0 ? out.outputs : out.grads)[key] = std::move(ds);
   }
 }
+
+#ifdef QEDCHECK_HAVE_CUDA
+kernels::DType parse_dtype(const std::string& s) {
+  if (s == "fp32") return kernels::DType::fp32;
+  if (s == "bf16") return kernels::DType::bf16;
+  if (s == "fp16") return kernels::DType::fp16;
+  throw qed::Error("--dtype '" + s + "': expected fp32, bf16 or fp16");
+}
+
+std::string case_dtype(kernels::DType d) {
+  switch (d) {
+    case kernels::DType::fp32: return "float32";
+    case kernels::DType::bf16: return "bfloat16";
+    case kernels::DType::fp16: return "float16";
+  }
+  return "float32";
+}
+
+void store_plain(const std::string& name, const std::vector<double>& v, fixtures::Case& out) {
+  fixtures::Dataset ds;
+  ds.shape = result_shape(out, name);
+  ds.data = v;
+  const std::string key = name.substr(name.find('/') + 1);
+  (name.rfind("outputs/", 0) == 0 ? out.outputs : out.grads)[key] = std::move(ds);
+}
+#endif
 
 }  // namespace
 
@@ -66,6 +101,34 @@ fixtures::Case run_implementation(const fixtures::Case& c, const RunOptions& opt
                    opt.operands + " " + opt.precision.name();
     return out;
   }
+#ifdef QEDCHECK_HAVE_CUDA
+  if (opt.impl == "cuda-recurrent" || opt.impl == "cuda-chunked") {
+    const kernels::DType dt = parse_dtype(opt.dtype);
+    out.dtype = case_dtype(dt);
+    if (opt.impl == "cuda-recurrent") {
+      kernels::HostRun r = kernels::run_recurrent(
+          c.inputs, c.cotangents ? &*c.cotangents : nullptr, dt);
+      out.inputs = r.inputs;
+      if (c.cotangents) out.cotangents = r.cotangents;
+      store_plain("outputs/o", r.outputs.o, out);
+      store_plain("outputs/ht", r.outputs.ht, out);
+      if (r.has_grads)
+        for (auto& name : grad_names(c.inputs.variant, c.inputs.arm))
+          store_plain("grads/" + name, grad_field(r.grads, name), out);
+    } else {
+      if (opt.chunk != 64)
+        throw qed::Error("cuda-chunked: chunk size " + std::to_string(opt.chunk) +
+                         " is not supported (the kernel uses 64)");
+      kernels::ChunkedHostRun r = kernels::run_chunked(c.inputs, dt);
+      out.inputs = r.inputs;
+      // The chunked kernel has no backward yet: the cotangents stay, no gradients are written.
+      store_plain("outputs/o", r.outputs.o, out);
+      store_plain("outputs/ht", r.outputs.ht, out);
+    }
+    out.producer = "qedcheck " + opt.impl + " dtype=" + opt.dtype;
+    return out;
+  }
+#endif
   std::string known;
   for (auto& n : implementation_names()) known += (known.empty() ? "" : ", ") + n;
   throw qed::Error("implementation '" + opt.impl + "' is not available in this build (known: " +
