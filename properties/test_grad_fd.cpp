@@ -4,6 +4,7 @@
 // difference's truncation error is ~h^2 |L'''| ~ 1e-40 and its rounding error ~2^-256 |L| / h
 // ~ 1e-57, so >= 25 significant digits per entry is a requirement with 10^15 to spare.
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
 #include <chrono>
 
@@ -98,6 +99,22 @@ TEST(GradFd, VarlenTwoHeads) {
     c.spec.seed = 7;
     expect_digits(c, "varlen");
   }
+}
+
+// Random small cases from the shared generator: every variant and arm, varlen with zero-length
+// sequences, h0 or not, gate extremes (b = 1, g = 0), lambda in {prop draw, 0, 1}, raw keys.
+RC_GTEST_PROP(GradFd, RandomSmallCases, ()) {
+  CaseShape shape;
+  shape.max_T = slow_mode() ? 12 : 4;
+  shape.max_K = slow_mode() ? 5 : 3;
+  shape.max_V = slow_mode() ? 4 : 2;
+  shape.max_B = shape.max_H = 2;
+  FdCase c;
+  c.spec = *gen_case(shape);
+  c.dht = *rc::gen::arbitrary<bool>();
+  const auto e = run_fd(c);
+  record("P16 FD mpfr256 worst rel, random small cases", e.worst);
+  RC_ASSERT(e.min_digits() >= kDigits);
 }
 
 // Larger cases behind the slow label: T up to 40, K and V up to 8.

@@ -63,10 +63,11 @@ TEST(GradIdentities, P13EulerDouble) {
 }
 
 // u^T J v in float128, T = 128, K = V = 16 (slow: T = 512, K = V = 32), every variant and arm.
-// delta ~ N(0,1) per entry, h = 1e-12: the central difference's truncation is ~h^2 |L'''[delta^3]|
-// / 6 and its rounding ~1e-34 |L| / h, i.e. ~1e-22 of sum |grad_i delta_i| here (measured worst
-// 3e-23, printed), so the 1e-20 tolerance leaves two orders of headroom while a wrong adjoint
-// term shows up at 1e-6 or more (the mutants below: ~1e-2).
+// delta ~ N(0,1) per entry, h = 1e-11, Richardson-extrapolated central differences: the h^2
+// truncation term cancels (without it, an unstable nogate_noproj case whose states reach 1e88
+// showed 2.2e-20, scaling exactly as h^2), the h^4 term is ~1e-44 and the rounding ~1e-34 |L| / h,
+// so the 1e-20 tolerance has headroom (measured worst printed) while a wrong adjoint term shows
+// up at 1e-6 or more (the mutants below: ~1e-2).
 TEST(GradIdentities, DirectionalFloat128) {
   const int64_t T = slow_mode() ? 512 : 128, KV = slow_mode() ? 32 : 16;
   uint64_t seed = 60;
@@ -78,7 +79,7 @@ TEST(GradIdentities, DirectionalFloat128) {
     const auto in = inputs_as<float128>(s);
     const auto cot = qed::reference::convert_cotangents<float128>(
         qed::fixtures::generate_cotangents(make_inputs(s), s.seed, true));
-    const double r = check_directional<float128>(fwd<float128>, bwd<float128>, in, cot, s.seed + 7, float128(1e-12));
+    const double r = check_directional<float128>(fwd<float128>, bwd<float128>, in, cot, s.seed + 7, float128(1e-11));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     record("directional u^T J v float128 (rel)", r);
     std::printf("[directional] %s: %.2e (%.2f s)\n", variant_label(v, a).c_str(), r, secs);
@@ -114,7 +115,7 @@ TEST(GradIdentities, MutantsAreCaught) {
 
   const auto in128 = inputs_as<float128>(s);
   const auto cot128 = qed::reference::convert_cotangents<float128>(cot);
-  const float128 h(1e-12);
+  const float128 h(1e-11);
   const double dr = check_directional<float128>(fwd<float128>, bwd<float128>, in128, cot128, 1, h);
   const double dg = check_directional<float128>(fwd<float128>, mutant_bwd(mut::Bwd::dg_without_alpha), in128, cot128, 1, h);
   const double dk = check_directional<float128>(fwd<float128>, mutant_bwd(mut::Bwd::drop_2ce_term), in128, cot128, 1, h);

@@ -30,7 +30,8 @@ enum class Fwd {
   decay_off_by_one,      // step t decays with g_{t-1}
   decay_channel0,        // every channel decays with channel 0's g
   diagonal_projector,    // P(k) m computed as m - (k ⊙ k ⊙ m) / |k|^2
-  rand_unprojected       // arm rand forgets the projector
+  rand_unprojected,      // arm rand forgets the projector
+  erase_reads_undecayed  // u = z - S^T a from the state before the decay: S <- (D - k a^T) S + k z^T
 };
 
 enum class Bwd {
@@ -152,10 +153,12 @@ std::vector<S> step(const Token<S>& x, std::vector<S>& St, int64_t K, int64_t V,
   std::vector<S> u(static_cast<size_t>(V));
   for (int64_t j = 0; j < V; ++j) u[j] = x.w[j] * x.v[j];
   const bool after = bug == Fwd::decay_after_erase;
+  const bool undecayed = bug == Fwd::erase_reads_undecayed;
   for (int64_t c = 0; c < K; ++c)
     for (int64_t j = 0; j < V; ++j) {
+      if (undecayed) u[j] -= St[c * V + j] * x.a[c];
       if (!after) St[c * V + j] *= x.alpha[c];
-      u[j] -= St[c * V + j] * x.a[c];
+      if (!undecayed) u[j] -= St[c * V + j] * x.a[c];
     }
   for (int64_t c = 0; c < K; ++c)
     for (int64_t j = 0; j < V; ++j) {

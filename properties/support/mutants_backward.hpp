@@ -1,6 +1,6 @@
 // The adjoint half of mutants.hpp: the recurrent backward of MATH.md §5 written once more, states
-// stored (no checkpointing), with a switch that plants one bug in the adjoint. Included by
-// mutants.hpp; not meant to be included on its own.
+// stored (no checkpointing), with a switch that plants one bug in the adjoint; and the small
+// stand-alone mutants of the stability checks (projector, norm formula). Included by mutants.hpp.
 #pragma once
 
 #include "properties/support/mutants.hpp"
@@ -150,6 +150,23 @@ std::vector<S> diagonal_projection(const std::vector<S>& k, const std::vector<S>
   if (n != S(0))
     for (size_t i = 0; i < x.size(); ++i) p[i] -= k[i] * k[i] * x[i] / n;
   return p;
+}
+
+}  // namespace qed::properties::mutants
+
+namespace qed::properties::mutants {
+
+// The §8.3 closed form with s = ||P(k) a|| instead of ||k|| ||P(k) a|| (right for unit keys only).
+inline double closed_form_norm_without_key_norm(const std::vector<double>& k, const std::vector<double>& a) {
+  double n2 = 0, c = 0;
+  for (size_t i = 0; i < k.size(); ++i) {
+    n2 += k[i] * k[i];
+    c += k[i] * a[i];
+  }
+  double s2 = 0;
+  for (size_t i = 0; i < k.size(); ++i) s2 += (a[i] - k[i] * c / n2) * (a[i] - k[i] * c / n2);
+  const double s = std::sqrt(s2), e = std::abs(1 - c);
+  return 0.5 * (std::hypot(1 + e, s) + std::hypot(1 - e, s));
 }
 
 }  // namespace qed::properties::mutants
