@@ -25,7 +25,7 @@ for s in $STAGES; do
         --only diag,check "${Q[@]}" >"$OUT/check.log" 2>&1; echo "check rc=$?" ;;
     tests)
       for t in test_gpu_chunked test_gpu_chunked_props; do
-        QED_GPU_QUICK=${CH_QUICK:-0} timeout 240 $B/properties/$t >"$OUT/$t.log" 2>&1
+        QED_GPU_QUICK=${CH_QUICK:-} timeout 240 $B/properties/$t >"$OUT/$t.log" 2>&1
         echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
       done ;;
     bench)

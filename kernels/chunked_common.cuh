@@ -129,12 +129,13 @@ __device__ __forceinline__ void mma_split(float* d, const uint32_t* a, const uin
 
 __device__ __forceinline__ void cp16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  // The clobber keeps the compiler from moving shared-memory reads above the wait.
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 // One warp copies `bytes` (a multiple of 16) from global to shared memory.
 __device__ __forceinline__ void warp_copy(void* dst, const void* src, int bytes, int lane) {

@@ -59,8 +59,10 @@ int num_sms() {
   return n;
 }
 
-// Value-tile width 16*MT: the widest tile that still gives about two blocks per multiprocessor
-// (wider tiles re-read the workspace fewer times). QEDCHECK_CHUNKED_MT overrides.
+// Value-tile width 16*MT: the widest tile that still gives about one block per multiprocessor
+// (wider tiles re-read the workspace fewer times). Measured on an H200 (reports/device/chunked.md):
+// [8,4096,16,128] best at MT=4, [2,16384,16,128] at MT=2, [1,65536,8,128] at MT=1, which this
+// rule picks. QEDCHECK_CHUNKED_MT overrides.
 int choose_mt(const ChunkedForwardParams& p, Mode m) {
   const Problem& pr = p.problem;
   const int64_t lanes = pr.sequences() * pr.H;
@@ -71,7 +73,7 @@ int choose_mt(const ChunkedForwardParams& p, Mode m) {
     if ((mt == 1 || mt == 2 || mt == 4) && mt <= max_mt && vt16 % mt == 0) return mt;
   }
   for (int mt = max_mt; mt > 1; mt /= 2)
-    if (vt16 % mt == 0 && lanes * (vt16 / mt) >= 2LL * num_sms()) return mt;
+    if (vt16 % mt == 0 && 8 * lanes * (vt16 / mt) >= 7LL * num_sms()) return mt;
   return 1;
 }
 

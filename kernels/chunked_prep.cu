@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       const float acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
       l[r] = r < c ? 0.f : (r == c ? 1.f : -acc);
     }
-    asm volatile("bar.sync 1, 64;\n" ::);
+    asm volatile("bar.sync 1, 64;\n" ::: "memory");  // orders the shared-memory accesses
 #pragma unroll
     for (int r = 0; r < kC; ++r) s.T[r][c] = l[r];
   } else {

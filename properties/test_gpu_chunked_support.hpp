@@ -31,7 +31,11 @@ inline uint64_t base_seed() {
   const char* s = std::getenv("QED_GPU_SEED");
   return s ? std::strtoull(s, nullptr, 10) : 20250101ull;
 }
-inline bool quick() { return std::getenv("QED_GPU_QUICK") != nullptr; }
+// QED_GPU_QUICK set to anything but "" or "0" trims the sweeps (T = 4096 -> 1000, ...).
+inline bool quick() {
+  const char* q = std::getenv("QED_GPU_QUICK");
+  return q && *q && std::string(q) != "0";
+}
 
 // ||x - r||_F / ||r||_F; NaN anywhere (an unwritten, poisoned element) gives NaN, which fails
 // every `<=` check.
