@@ -204,10 +204,6 @@ def main():
                                      slots, ptr(od), stream(), err, len(err)), err, "qed_rec_decode")
 
         nbytes = 2 * Bd * H * K * V * 4 + Bd * H * (4 * K + 3 * V) * 2 + Bd * 4
-        for nw in (1, 4, 8):  # warps-per-block alternatives to the default, recorded in the json
-            os.environ["QED_REC_DECODE_WARPS"] = str(nw)
-            res.setdefault("decode_tuning_us", {})[f"B{Bd}_nw{nw}"] = graph_us(ours_dec, replays=50, rounds=3)[0]
-        del os.environ["QED_REC_DECODE_WARPS"]
         d_ours = graph_us(ours_dec)
         line = {"what": f"decode B={Bd} H={H} K=V={K} fp32 state, graph replay",
                 "ours": f"{d_ours[0]:.2f} us ({nbytes / d_ours[0] / 1e6:.2f} TB/s)"}

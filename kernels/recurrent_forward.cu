@@ -65,18 +65,14 @@ __device__ __forceinline__ void step_tile(float (&S)[Tile<K>::NR][4], const floa
 // step's vectors for its own columns in its own shared-memory slice (no block barrier), so blocks
 // are small, many are resident, and state traffic from some overlaps preparation in others.
 template <int K>
-__global__ void __launch_bounds__(256, 2) rec_decode_kernel(RecArgs A) {
+__global__ void __launch_bounds__(128, 4) rec_decode_kernel(RecArgs A) {
   using Tl = Tile<K>;
-  __shared__ float4 smem4[8 * (4 * K + Tl::CPW) / 4];
+  __shared__ float4 smem4[4 * (4 * K + Tl::CPW) / 4];
   float* sm = reinterpret_cast<float*>(smem4);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r = lane % Tl::R, cq = lane / Tl::R;
-  // Flat grid, value blocks fastest, then heads, then sequences: consecutive blocks read
-  // consecutive parts of one sequence's [H,K,V] state (DRAM page locality).
-  const int64_t nz = (A.V + A.nwarps * Tl::CPW - 1) / (A.nwarps * Tl::CPW);
-  const int64_t vz = blockIdx.x % nz, nh = blockIdx.x / nz;
-  const int64_t n = nh / A.H, h = nh % A.H;
-  const int wcol = static_cast<int>(vz * A.nwarps + warp) * Tl::CPW;
+  const int64_t n = blockIdx.x, h = blockIdx.y;
+  const int wcol = (blockIdx.z * A.nwarps + warp) * Tl::CPW;
   if (wcol >= A.V) return;  // whole warp past V; no block barrier follows
   const int64_t j0 = wcol + cq * 4;
   const bool colok = j0 < A.V;
@@ -269,19 +265,11 @@ Status launch_decode_k(const char* fn, const RecArgs& A0, cudaStream_t stream) {
   RecArgs A = A0;
   const int cpw = Tile<K>::CPW;
   const int64_t warps = A.N * A.H * ((A.V + cpw - 1) / cpw);
-  // Large batches: blocks covering whole state rows (up to 8 warps); small: one-warp blocks
-  // spread over every multiprocessor.
-  A.nwarps = warps >= 16 * num_sms() ? static_cast<int>(std::min<int64_t>(8, (A.V + cpw - 1) / cpw)) : 1;
-  if (const char* e = std::getenv("QED_REC_DECODE_WARPS")) {  // tuning override (bench/), 1..8
-    const int w = std::atoi(e);
-    if (w >= 1 && w <= 8) A.nwarps = w;
-  }
+  A.nwarps = warps >= 16 * num_sms() ? 4 : 1;  // one-warp blocks spread small batches wider
   const int64_t nz = (A.V + A.nwarps * cpw - 1) / (A.nwarps * cpw);
-  const int64_t blocks = A.N * A.H * nz;
-  if (blocks == 0) return {};
-  if (blocks > (int64_t{1} << 31) - 1)
-    return {StatusCode::unsupported, std::string(fn) + ": too many sequences for one launch"};
-  rec_decode_kernel<K><<<static_cast<unsigned>(blocks), A.nwarps * 32, 0, stream>>>(A);
+  if (A.N == 0) return {};
+  dim3 grid(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(nz));
+  rec_decode_kernel<K><<<grid, A.nwarps * 32, 0, stream>>>(A);
   return cuda_status(fn, "decode kernel launch", cudaGetLastError());
 }
 
