@@ -21,7 +21,7 @@ for s in $STAGES; do
   ts=$(date +%s)
   case $s in
     check)
-      PYTHONUNBUFFERED=1 timeout 150 python3 bench/chunked_bench.py --lib $LIB --out "$OUT" \
+      PYTHONUNBUFFERED=1 timeout 150 python3 bench/bench_chunked.py --lib $LIB --out "$OUT" \
         --only diag,check "${Q[@]}" >"$OUT/check.log" 2>&1; echo "check rc=$?" ;;
     tests)
       for t in test_gpu_chunked test_gpu_chunked_props; do
@@ -29,7 +29,7 @@ for s in $STAGES; do
         echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
       done ;;
     bench)
-      PYTHONUNBUFFERED=1 timeout 300 python3 bench/chunked_bench.py --lib $LIB --out "$OUT" \
+      PYTHONUNBUFFERED=1 timeout 300 python3 bench/bench_chunked.py --lib $LIB --out "$OUT" \
         --only "${CH_BENCH_ONLY:-accuracy,timing}" "${Q[@]}" >"$OUT/bench.log" 2>&1; echo "bench rc=$?" ;;
     sanitize)
       for tool in memcheck racecheck initcheck; do

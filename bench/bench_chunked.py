@@ -10,7 +10,7 @@ bf16 inputs, in one process:
      alone, value-tile widths, the peer, and the memory floor from a measured copy bandwidth.
 Writes chunked_forward.md and .json into --out; prints the tables last.
 
-python3 bench/chunked_bench.py --lib libqed_bench.so --out $OUT [--quick] [--skip-peer]
+python3 bench/bench_chunked.py --lib-dir BUILD (or --lib BUILD/libchunked_capi.so) --out $OUT [--quick] [--skip-peer]
 """
 import argparse
 import ctypes
@@ -444,12 +444,17 @@ def timings(lib, log, quick, have_peer, bw):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
+    ap.add_argument("--lib", help="path of the ctypes library (libchunked_capi.so)")
+    ap.add_argument("--lib-dir", help="build folder holding libchunked_capi.so (ci/device.sh)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--only", default="diag,check,accuracy,timing")
     args = ap.parse_args()
+    if not args.lib and not args.lib_dir:
+        ap.error("give --lib PATH or --lib-dir BUILD")
+    if not args.lib:
+        args.lib = os.path.join(args.lib_dir, "libchunked_capi.so")
     os.makedirs(args.out, exist_ok=True)
     logf = open(os.path.join(args.out, "chunked_bench.log"), "w")
 
