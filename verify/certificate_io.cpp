@@ -1,0 +1,175 @@
+// Files of a certificate: atomic writes, the resumable journal, and where it was measured.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "reference/error.hpp"
+#include "verify/certificate.hpp"
+
+namespace qed::verify {
+
+namespace {
+
+std::string folder_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string read_all(const std::string& path, bool& exists) {
+  std::ifstream f(path, std::ios::binary);
+  exists = static_cast<bool>(f);
+  if (!f) return "";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && s[i] == ' ') ++i;
+  return s.substr(i);
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw qed::Error(fmt::format("{}: cannot create temporary file {} ({})", path, tmp,
+                                 std::strerror(errno)));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw qed::Error(fmt::format("{}: write failed ({})", tmp, std::strerror(e)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw qed::Error(fmt::format("{}: fsync/close failed ({})", tmp, std::strerror(e)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw qed::Error(fmt::format("{}: rename from {} failed ({})", path, tmp, std::strerror(e)));
+  }
+  // The rename itself is durable once the folder is synced.
+  const int dfd = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::string journal_path(const std::string& certificate_path) {
+  const std::string ext = ".json";
+  if (certificate_path.size() > ext.size() &&
+      certificate_path.compare(certificate_path.size() - ext.size(), ext.size(), ext) == 0)
+    return certificate_path.substr(0, certificate_path.size() - ext.size()) + ".journal.jsonl";
+  return certificate_path + ".journal.jsonl";
+}
+
+void journal_append(const std::string& path, const Subject& subject, const CellResult& cell) {
+  bool exists = false;
+  std::string text = read_all(path, exists);
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  nlohmann::json line = {{"schema", kJournalSchema}, {"subject", subject.name()},
+                         {"cell", cell_to_json(cell)}};
+  text += line.dump() + '\n';
+  write_file_atomic(path, text);
+}
+
+std::vector<CellResult> journal_read(const std::string& path, const Subject& subject, int* skipped) {
+  bool exists = false;
+  const std::string text = read_all(path, exists);
+  std::vector<CellResult> cells;
+  int bad = 0;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    line = trim(line);
+    if (line.empty()) continue;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      if (!j.is_object() || j.value("schema", "") != kJournalSchema ||
+          j.value("subject", "") != subject.name() || !j.contains("cell")) {
+        ++bad;
+        continue;
+      }
+      CellResult c = cell_from_json(j["cell"], fmt::format("{}:{}", path, lineno));
+      // A later line for the same cell (a re-measurement) replaces the earlier one.
+      bool replaced = false;
+      for (auto& old : cells)
+        if (old.spec.key() == c.spec.key()) {
+          old = c;
+          replaced = true;
+        }
+      if (!replaced) cells.push_back(std::move(c));
+    } catch (const std::exception&) {
+      ++bad;
+    }
+  }
+  if (skipped) *skipped = bad;
+  return cells;
+}
+
+Machine this_machine() {
+  Machine m;
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) == 0) m.hostname = host;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) m.cpu = trim(line.substr(colon + 1));
+      break;
+    }
+  }
+  if (m.cpu.empty()) m.cpu = "unknown";
+  m.cores = static_cast<int>(std::thread::hardware_concurrency());
+  return m;
+}
+
+std::string git_commit_or_unknown() {
+  std::FILE* p = ::popen("git rev-parse HEAD 2>/dev/null", "r");
+  if (!p) return "unknown";
+  char buf[128] = {0};
+  std::string out;
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int rc = ::pclose(p);
+  out = trim(out);
+  if (rc != 0 || out.size() != 40) return "unknown";
+  return out;
+}
+
+std::string utc_now_iso() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace qed::verify
