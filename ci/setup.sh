@@ -9,6 +9,7 @@ PKGS=(
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   python3 python3-numpy python3-h5py python3-matplotlib python3-mpmath
+  clang libclang-rt-14-dev chromium
 )
 
 missing=()
