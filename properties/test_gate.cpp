@@ -151,6 +151,36 @@ TEST(GateBench, MarkdownAndJsonTablesParse) {
   EXPECT_EQ(t.rows[2].ms, 0.5);
   EXPECT_TRUE(std::isnan(t.rows[2].peer_ms));
 
+  // The shapes reports/bench/*.md take: units in the cells, several of our columns with the unit
+  // given in the text above, ratio/floor/target columns, and an accuracy table that is not timed.
+  const std::string cells_with_units =
+      "| benchmark | ours | peer | ratio | target | note |\n| --- | --- | --- | --- | --- | --- |\n"
+      "| forward bf16 | 3.580 ms | 10.240 ms | 2.86x faster | >= 2x | ok |\n"
+      "| backward | 30.09 ms | (none) | 8.4x | report | |\n"
+      "| decode B=1 | 4.31 us (0.49 TB/s) | 3.86 us (0.55 TB/s) | 0.90x | no slower | |\n";
+  const BenchTable u = parse_bench_markdown(cells_with_units, "u.md");
+  ASSERT_EQ(u.rows.size(), 3u);
+  EXPECT_EQ(u.rows[0].name, "forward bf16");
+  EXPECT_DOUBLE_EQ(u.rows[0].ms, 3.58);
+  EXPECT_DOUBLE_EQ(u.rows[0].peer_ms, 10.24);
+  EXPECT_TRUE(std::isnan(u.rows[1].peer_ms));
+  EXPECT_DOUBLE_EQ(u.rows[2].ms, 4.31e-3);
+  EXPECT_DOUBLE_EQ(u.rows[2].peer_ms, 3.86e-3);
+  const std::string several =
+      "# Chunked forward\n\nTimes in ms, median of 15.\n\n"
+      "| shape | floor | ours GDN-2 | ours QED full | peer chunk_gdn2 | ours vs peer |\n"
+      "| --- | --- | --- | --- | --- | --- |\n| [8,4096,16,128] | 0.230 | 3.373 | 3.868 | 2.139 | 0.63x |\n\n"
+      "Accuracy against float64:\n\n| regime | ours o | ours ht | peer o |\n| --- | --- | --- | --- |\n"
+      "| std | 3.35e-3 | 3.38e-6 | 3.33e-3 |\n";
+  const BenchTable v = parse_bench_markdown(several, "v.md");
+  ASSERT_EQ(v.rows.size(), 2u);
+  EXPECT_EQ(v.rows[0].name, "[8,4096,16,128] / ours GDN-2");
+  EXPECT_DOUBLE_EQ(v.rows[0].ms, 3.373);
+  EXPECT_DOUBLE_EQ(v.rows[0].peer_ms, 2.139);
+  EXPECT_EQ(v.rows[0].peer, "peer chunk_gdn2");
+  EXPECT_EQ(v.rows[1].name, "[8,4096,16,128] / ours QED full");
+  EXPECT_DOUBLE_EQ(v.rows[1].ms, 3.868);
+
   const BenchTable j = parse_bench_json(
       R"({"schema": "qedcheck.bench/1", "machine": "H200", "unit": "ms",
           "rows": [{"name": "a", "ms": 2.0, "peer": "fla", "peer_ms": 2.5}, {"name": "b", "ms": 1.0}]})",

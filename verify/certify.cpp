@@ -161,6 +161,12 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
         }
     }
 
+  // What the certificate calls this run: the mode's own plan, or "custom" when overridden.
+  const bool custom = !opt.Ts.empty() || !opt.head_dims.empty() || !opt.families.empty() ||
+                      !opt.regimes.empty() || opt.seeds != 3 || opt.first_seed != 0 ||
+                      opt.heads != 2 || !opt.unstable;
+  const std::string run_mode = custom ? "custom" : opt.mode;
+
   // Certificates, with what earlier (possibly interrupted) runs measured.
   std::filesystem::create_directories(opt.out_dir);
   std::vector<Certificate> certs(subjects.size());
@@ -172,10 +178,10 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
       c = read_certificate(paths[i]);
       if (c.subject.name() != subjects[i].name())
         throw qed::Error(paths[i] + ": certifies " + c.subject.name() + ", not " + subjects[i].name());
-      if (c.mode != opt.mode) c.mode = "mixed";
+      if (c.mode != run_mode) c.mode = "mixed";
     } else {
       c.subject = subjects[i];
-      c.mode = opt.mode;
+      c.mode = run_mode;
       c.created = utc_now_iso();
     }
     c.bound_floor = subject_bound_floor(subjects[i]);

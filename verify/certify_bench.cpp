@@ -55,8 +55,19 @@ bool is_separator(const std::vector<std::string>& cells) {
   return !cells.empty();
 }
 
-// Leading number of a cell ("1.23", "1.23 ms", "**1.2**"); NaN when there is none.
-double number_in(const std::string& cell) {
+// A time unit's length in ms; 0 for a word that is not a time unit.
+double unit_ms(const std::string& word) {
+  const std::string w = lower(word);
+  if (w == "ms") return 1;
+  if (w == "us" || w == "\xc2\xb5s" || w == "\xce\xbcs") return 1e-3;  // us, micro sign, mu
+  if (w == "ns") return 1e-6;
+  if (w == "s" || w == "sec") return 1e3;
+  return 0;
+}
+
+// The time in a cell, in ms: a leading number with its unit ("3.58 ms", "4.31 us (0.49 TB/s)",
+// "**1.2**"); a bare number takes `default_ms` (0: none known, NaN). NaN for anything else.
+double time_in(const std::string& cell, double default_ms) {
   std::string s;
   for (char ch : cell)
     if (ch != '*' && ch != '`') s += ch;
@@ -65,7 +76,15 @@ double number_in(const std::string& cell) {
   char* end = nullptr;
   const double x = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || !std::isfinite(x)) return std::nan("");
-  return x;
+  std::string rest = trim(std::string(end));
+  std::string word;
+  for (char ch : rest) {
+    if (std::isspace(static_cast<unsigned char>(ch)) || ch == '(' || ch == ',' || ch == ';') break;
+    word += ch;
+  }
+  if (word.empty()) return default_ms > 0 ? x * default_ms : std::nan("");
+  const double u = unit_ms(word);
+  return u > 0 ? x * u : std::nan("");
 }
 
 bool mentions(const std::string& header, std::initializer_list<const char*> words) {
@@ -75,15 +94,34 @@ bool mentions(const std::string& header, std::initializer_list<const char*> word
   return false;
 }
 
-bool is_ms_header(const std::string& h) {
-  const std::string l = lower(h);
-  // "ms", "(ms)", "time_ms", "median ms", but not "params" or "ms/step"-free words like "forms".
-  for (size_t pos = l.find("ms"); pos != std::string::npos; pos = l.find("ms", pos + 1)) {
-    const bool left = pos == 0 || !std::isalpha(static_cast<unsigned char>(l[pos - 1])) || l[pos - 1] == '_';
-    const bool right = pos + 2 >= l.size() || !std::isalpha(static_cast<unsigned char>(l[pos + 2]));
-    if (left && right) return true;
+// The time unit named as a word in free text or a header ("Times in ms", "ours (us)"); 0: none.
+double unit_named_in(const std::string& text) {
+  std::string word;
+  double found = 0;
+  auto flush = [&] {
+    if (!found && !word.empty()) found = unit_ms(word) == 1e3 ? 0 : unit_ms(word);  // a lone "s" is no unit
+    word.clear();
+  };
+  for (char ch : text) {
+    if (std::isalpha(static_cast<unsigned char>(ch)) || (ch & 0x80)) {
+      word += ch;
+    } else {
+      flush();
+    }
   }
-  return false;
+  flush();
+  return found;
+}
+
+// Columns holding our times: "ours ...", or a header naming a time unit; never ratios or floors.
+bool is_time_column(const std::string& h) {
+  if (mentions(h, {" vs", "vs ", "ratio", "speedup", "floor", "/", "peer", "fla", "target", "note"}))
+    return false;
+  return mentions(h, {"ours"}) || unit_named_in(h) > 0;
+}
+
+bool is_peer_column(const std::string& h) {
+  return mentions(h, {"peer", "fla"}) && !mentions(h, {" vs", "vs ", "ratio", "speedup", "/"});
 }
 
 }  // namespace
@@ -92,44 +130,49 @@ BenchTable parse_bench_markdown(const std::string& text, const std::string& wher
   BenchTable t;
   t.path = where;
   std::istringstream in(text);
-  std::string line, heading;
+  std::string line, heading, prose;
   std::vector<std::string> lines;
   while (std::getline(in, line)) lines.push_back(line);
   std::map<std::string, int> seen;
   std::vector<std::pair<BenchEntry, std::string>> rows;  // entry, heading
-  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+  for (size_t i = 0; i < lines.size(); ++i) {
     const std::string l = trim(lines[i]);
     if (!l.empty() && l[0] == '#') {
       heading = trim(l.substr(l.find_first_not_of('#')));
+      if (t.machine.empty()) t.machine = heading;  // the title usually names the device and run
+    }
+    if (l.empty() || l[0] != '|' || i + 1 >= lines.size() || !is_separator(cells_of(lines[i + 1]))) {
+      prose += l + "\n";
       continue;
     }
-    if (l.empty() || l[0] != '|') continue;
     const auto header = cells_of(l);
-    if (!is_separator(cells_of(lines[i + 1]))) continue;
-    int ms_col = -1, peer_col = -1;
+    // A bare number is a time only where the header or the text since the last table says so.
+    const double context_ms = unit_named_in(prose);
+    prose.clear();
+    std::vector<size_t> time_cols;
+    int peer_col = -1;
     for (size_t c = 1; c < header.size(); ++c) {
-      if (!is_ms_header(header[c])) continue;
-      if (mentions(header[c], {"peer", "fla"})) {
-        if (peer_col < 0) peer_col = static_cast<int>(c);
-      } else if (!mentions(header[c], {"ratio", "speedup"}) && ms_col < 0) {
-        ms_col = static_cast<int>(c);
-      }
+      if (is_time_column(header[c])) time_cols.push_back(c);
+      else if (is_peer_column(header[c]) && peer_col < 0) peer_col = static_cast<int>(c);
     }
     size_t r = i + 2;
     for (; r < lines.size() && !trim(lines[r]).empty() && trim(lines[r])[0] == '|'; ++r) {
-      if (ms_col < 0) continue;
       const auto cells = cells_of(lines[r]);
-      if (static_cast<int>(cells.size()) <= ms_col) continue;
-      BenchEntry e;
-      e.name = cells[0];
-      e.ms = number_in(cells[static_cast<size_t>(ms_col)]);
-      if (e.name.empty() || !(e.ms == e.ms)) continue;
-      if (peer_col >= 0 && static_cast<int>(cells.size()) > peer_col) {
-        e.peer = header[static_cast<size_t>(peer_col)];
-        e.peer_ms = number_in(cells[static_cast<size_t>(peer_col)]);
+      for (size_t c : time_cols) {
+        if (cells.size() <= c || cells[0].empty()) continue;
+        const double hdr_ms = unit_named_in(header[c]);
+        BenchEntry e;
+        e.name = time_cols.size() == 1 ? cells[0] : cells[0] + " / " + header[c];
+        e.ms = time_in(cells[c], hdr_ms > 0 ? hdr_ms : context_ms);
+        if (!(e.ms > 0)) continue;
+        if (peer_col >= 0 && static_cast<int>(cells.size()) > peer_col) {
+          const double peer_hdr = unit_named_in(header[static_cast<size_t>(peer_col)]);
+          e.peer = header[static_cast<size_t>(peer_col)];
+          e.peer_ms = time_in(cells[static_cast<size_t>(peer_col)], peer_hdr > 0 ? peer_hdr : context_ms);
+        }
+        ++seen[e.name];
+        rows.emplace_back(e, heading);
       }
-      ++seen[e.name];
-      rows.emplace_back(e, heading);
     }
     i = r - 1;
   }
@@ -139,7 +182,9 @@ BenchTable parse_bench_markdown(const std::string& text, const std::string& wher
   }
   if (t.rows.empty())
     throw qed::Error(where + ": no benchmark rows (rule: a pipe table whose first column names the "
-                             "benchmark and one column header mentions ms)");
+                             "benchmark, with an 'ours' column or a column whose header names a time "
+                             "unit, and times with a unit (3.5 ms, 4.3 us) or a unit in the header or "
+                             "in the text above the table)");
   return t;
 }
 

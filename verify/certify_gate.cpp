@@ -149,10 +149,14 @@ GateResult run_gate(const GateOptions& o, std::FILE* log) {
 void print_gate(std::FILE* out, const GateResult& r) {
   for (const auto& n : r.notes) fmt::print(out, "{}\n", n);
   if (!r.rows.empty()) {
-    // One line per cell: its worst measured/bound ratio.
-    fmt::print(out, "\n{:<52} {:>8} {:>10} {:>7}  {}\n", "cell", "dataset", "metric", "ratio", "verdict");
+    // One line per cell: its worst check, as measured / certified bound.
     std::string last;
     for (size_t i = 0; i < r.rows.size();) {
+      if (r.rows[i].certificate != last) {
+        last = r.rows[i].certificate;
+        fmt::print(out, "\n{}\n{:<56} {:>8} {:>8} {:>9}  {}\n", last, "cell", "dataset", "metric",
+                   "measured/bound", "verdict");
+      }
       const std::string key = r.rows[i].certificate + r.rows[i].cell;
       size_t j = i, worst = i;
       bool pass = true;
@@ -163,7 +167,7 @@ void print_gate(std::FILE* out, const GateResult& r) {
         pass = pass && r.rows[j].pass;
       }
       const auto& w = r.rows[worst];
-      fmt::print(out, "{:<52} {:>8} {:>10} {:>7.3f}  {}\n", w.cell, w.dataset,
+      fmt::print(out, "{:<56} {:>8} {:>8} {:>14.3f}  {}\n", w.cell, w.dataset,
                  w.metric == "rel_frobenius" ? "rel_F" : "max_abs", w.measured / w.bound,
                  pass ? "ok" : "FAIL");
       i = j;

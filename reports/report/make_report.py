@@ -212,14 +212,19 @@ def bench_bars(table):
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
     y = list(range(len(rows)))
     ax.barh([i + 0.2 for i in y], [r["ms"] for r in rows], height=0.4, label="qedcheck")
-    peers = [r.get("peer_ms") for r in rows]
-    if any(p is not None and not (isinstance(p, float) and math.isnan(p)) for p in peers):
-        ax.barh([i - 0.2 for i in y], [p if p is not None else 0 for p in peers], height=0.4,
+    peers = [(i, r["peer_ms"]) for i, r in zip(y, rows) if r.get("peer_ms") is not None]
+    if peers:
+        ax.barh([i - 0.2 for i, _ in peers], [p for _, p in peers], height=0.4,
                 label=rows[0].get("peer") or "peer")
     ax.set_yticks(y)
     ax.set_yticklabels([r["name"] for r in rows], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("ms (lower is better)")
+    times = [r["ms"] for r in rows] + [p for _, p in peers]
+    if max(times) > 50 * min(times):  # microsecond decode steps next to millisecond passes
+        ax.set_xscale("log")
+        ax.set_xlabel("ms, log scale (lower is better)")
+    else:
+        ax.set_xlabel("ms (lower is better)")
     ax.legend(fontsize=8)
     ax.set_title(os.path.basename(table["path"]), fontsize=10)
     fig.tight_layout()
