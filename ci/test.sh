@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
 bash ci/build.sh
+# The CPU regression gate: committed certificates re-measured, exactness properties checked.
+bash ci/gate.sh
 cd build
 exclude=(-LE slow)
 [[ "${QEDCHECK_SLOW:-0}" == 1 ]] && exclude=()
