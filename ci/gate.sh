@@ -2,7 +2,8 @@
 # The CPU regression gate (reports/certificates/README.md): re-measures the smallest-T cells of
 # every committed certificate with the same seeds, checks the exactness properties, and exits 1
 # with a diff table if anything regressed. Extra arguments go to `qedcheck gate` (for example
-# --all-cells, or --bench-table FRESH on a device). QEDCHECK names the binary (default
+# --all-cells; on a device --require-all and --bench-table FRESH). Certificates of CUDA kernels
+# are skipped, with the reason, where no device exists. QEDCHECK names the binary (default
 # build/cli/qedcheck).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -46,6 +46,9 @@ const RegisterVerb reg(45, [](CLI::App& app, Action& action) {
   sub->add_option("--dtype", c->dtype, "candidate CUDA dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--chunk", c->chunk, "candidate chunk size");
   sub->add_flag("--no-exact", c->no_exact, "skip the exactness properties");
+  sub->add_flag("--require-all", c->o.require_all,
+                "fail when a certificate's implementation cannot run here (default: skip it, "
+                "e.g. CUDA certificates on a machine without a device)");
   sub->add_option("--bench-table", c->o.bench_table, "fresh benchmark table (qedcheck.bench/1 JSON or Markdown)");
   sub->add_option("--bench-baseline", c->o.bench_baseline,
                   "committed table to compare with (default reports/bench/<same file name>)");

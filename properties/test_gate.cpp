@@ -106,6 +106,19 @@ TEST(Gate, FailsWhenTheCertificateIsTighterThanTheMeasurement) {
   EXPECT_GE(failing, 1);
 }
 
+TEST(Gate, SkipsImplementationsThatCannotRunHereUnlessRequired) {
+  GateOptions g = gate_on(tiny_certificate());
+  g.impl = "no-such-kernel";  // what a CUDA certificate is on a machine without a device
+  const GateResult skipped = run_gate(g, nullptr);
+  EXPECT_TRUE(skipped.pass);
+  EXPECT_EQ(skipped.cells, 0);
+  ASSERT_FALSE(skipped.notes.empty());
+  EXPECT_NE(skipped.notes.back().find("cannot run here"), std::string::npos) << skipped.notes.back();
+  EXPECT_NE(skipped.notes.back().find("skipped"), std::string::npos) << skipped.notes.back();
+  g.require_all = true;
+  EXPECT_FALSE(run_gate(g, nullptr).pass);
+}
+
 TEST(Gate, ExactnessPropertiesHoldAndCatchTheirMutations) {
   const uint64_t seed = test_seed();
   const ExactCheck ok = exact_chunked_vs_recurrent(256, 256, seed);

@@ -22,6 +22,7 @@ struct GateOptions {
   std::optional<std::string> impl, operands, precision, dtype;
   std::optional<int64_t> chunk;
   bool exact = true;                  // run the exactness properties
+  bool require_all = false;           // an implementation that cannot run here fails the gate
   std::string bench_table;            // fresh table (JSON or Markdown); empty: no benchmark gate
   std::string bench_baseline;         // committed table; default reports/bench/<same name>
   double bench_margin = kBenchMargin;
