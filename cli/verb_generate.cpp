@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <numeric>
+#include <unistd.h>
 
 #include "cli/output_path.hpp"
 #include "cli/verbs.hpp"
@@ -43,6 +44,17 @@ int run_generate(const GenerateCli& o) {
     int64_t sum = std::accumulate(s.seqlens.begin(), s.seqlens.end(), int64_t{0});
     if (sum != o.T) throw qed::Error(fmt::format("--seqlens: lengths sum to {}, but T = {}", sum, o.T));
   }
+  // Refuse sizes that cannot fit before allocating anything (inputs, cotangents and the copy the
+  // writer makes: about 12 values per token and channel).
+  const long double values = static_cast<long double>(o.B) * o.T * o.H * (6.0L * o.K + 6.0L * o.V);
+  const long double bytes = values * 8.0L;
+  const long double avail = static_cast<long double>(::sysconf(_SC_PHYS_PAGES)) *
+                            static_cast<long double>(::sysconf(_SC_PAGESIZE));
+  if (bytes > avail)
+    throw qed::Error(fmt::format("{}: B={} T={} H={} K={} V={} needs about {:.3g} GB, more than the "
+                                 "{:.3g} GB of memory (rule: a case must fit in memory)",
+                                 o.output, o.B, o.T, o.H, o.K, o.V, static_cast<double>(bytes / 1e9),
+                                 static_cast<double>(avail / 1e9)));
   fixtures::Case c;
   c.inputs = fixtures::generate(s);
   if (o.cotangents || o.dht) c.cotangents = fixtures::generate_cotangents(c.inputs, o.seed, o.dht);
