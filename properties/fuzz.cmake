@@ -15,3 +15,21 @@ foreach(src IN LISTS QED_FUZZ_TESTS)
     target_compile_definitions(${name} PRIVATE QEDCHECK_BINARY="$<TARGET_FILE:qedcheck>")
   endif()
 endforeach()
+
+# The verb end to end: a campaign against a mutant finds, shrinks and saves a counterexample
+# (exit 1; the regular expression checks the saved file's name and the replay command).
+add_test(NAME fuzz.cli_finds_a_mutant
+  COMMAND ${CMAKE_COMMAND} -E env QEDCHECK_ENABLE_MUTANTS=1
+          $<TARGET_FILE:qedcheck> fuzz --impl mutant-decay-after-erase --precision float --seed 1
+          --time 60s --corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz_cli_corpus)
+set_tests_properties(fuzz.cli_finds_a_mutant PROPERTIES LABELS cpu TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "(saved|already in the corpus:) [^\n]*mutant-decay-after-erase-[0-9a-f]+\\.h5\n  replay: QEDCHECK_ENABLE_MUTANTS=1 qedcheck fuzz --replay")
+
+# Longer campaigns on the real CPU references (label slow): no clear failure may appear. The
+# chunk size 16 differs from the twin rule's 64, so the implementation is not judged by itself.
+foreach(prec float double)
+  add_test(NAME fuzz.campaign_chunked_${prec}
+    COMMAND $<TARGET_FILE:qedcheck> fuzz --impl reference-chunked --precision ${prec} --chunk 16
+            --seed 20 --time 120s --corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz_campaign_corpus)
+  set_tests_properties(fuzz.campaign_chunked_${prec} PROPERTIES LABELS slow TIMEOUT 900)
+endforeach()

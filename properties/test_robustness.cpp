@@ -19,6 +19,9 @@
 #include "fixtures/case_patch.hpp"
 #include "fixtures/generate.hpp"
 #include "verify/implementations.hpp"
+#ifdef QEDCHECK_HAVE_CUDA
+#include "kernels/api.hpp"
+#endif
 
 using namespace qed;
 namespace fs = std::filesystem;
@@ -29,6 +32,7 @@ const std::string kTable = std::string(QEDCHECK_SOURCE_DIR) + "/reports/robustne
 
 struct Row {
   std::string id, input, command, message;
+  std::string status;  // the exit column as written (kernel rows: a StatusCode name)
   int exit = -1;
 };
 
@@ -75,6 +79,7 @@ std::vector<Row> read_table(const std::string& heading) {
     r.input = cells[1];
     r.command = unquote(cells[2]);
     r.exit = std::atoi(cells[3].c_str());
+    r.status = cells[3];
     r.message = cells[4] == "(none)" ? "" : unquote(cells[4]);
     rows.push_back(r);
   }
@@ -281,4 +286,119 @@ TEST(Robustness, CommandLineTableMatchesTheBinary) {
       fs::remove_all(dir);
     }
   }
+}
+
+#ifdef QEDCHECK_HAVE_CUDA
+namespace {
+
+namespace k = qed::kernels;
+
+const char* code_name(k::StatusCode c) {
+  switch (c) {
+    case k::StatusCode::ok: return "ok";
+    case k::StatusCode::invalid_argument: return "invalid_argument";
+    case k::StatusCode::unsupported: return "unsupported";
+    case k::StatusCode::no_device: return "no_device";
+    case k::StatusCode::cuda_error: return "cuda_error";
+  }
+  return "?";
+}
+
+// The call of a kernel-table row: a valid gdn2 problem (B=1, T=4, H=1, K=V=16, fp32, host
+// pointers that validation never dereferences) with the row's one thing broken.
+k::Status kernel_row(const std::string& id) {
+  alignas(16) static float buf[4096];
+  static int64_t cu[8];
+  const char* fn = "recurrent_forward";
+  k::Problem p;
+  p.variant = reference::Variant::gdn2;
+  p.B = 1, p.T = 4, p.H = 1, p.K = 16, p.V = 16;
+  p.scale = 0.25f;
+  auto seq = [&](int64_t D) { return k::seq_tensor(buf, k::DType::fp32, p.T, p.H, D); };
+  auto seq_out = [&](int64_t D) { return k::seq_tensor_out(buf, k::DType::fp32, p.T, p.H, D); };
+  k::Inputs in;
+  auto fill_inputs = [&] {
+    const auto lay = reference::layout_of(p.variant, p.arm);
+    in = k::Inputs{};
+    in.q = seq(p.K), in.k = seq(p.K), in.v = seq(p.V);
+    if (lay.channel_g) in.g = seq(p.K);
+    if (lay.scalar_g) in.g = seq(1);
+    if (lay.has_bw) in.b = seq(p.K), in.w = seq(p.V);
+    if (lay.has_beta) in.beta = seq(1);
+    if (lay.has_lambda) in.lambda = buf;
+    if (lay.has_r) in.r = buf;
+  };
+  k::GradOutputs gr;
+  gr.dq = seq_out(p.K), gr.dk = seq_out(p.K), gr.dv = seq_out(p.V), gr.dg = seq_out(p.K);
+  gr.db = seq_out(p.K), gr.dw = seq_out(p.V);
+  gr.dh0 = k::state_tensor_out(buf, p.H, p.K, p.V);
+  fill_inputs();
+  if (id == "k-zero") p.K = 0;
+  else if (id == "k-odd") p.K = 15;
+  else if (id == "v-6") p.V = 6;
+  else if (id == "b-zero") p.B = 0;
+  else if (id == "t-negative") p.T = -1;
+  else if (id == "scale-nan") p.scale = std::nanf("");
+  else if (id == "qed-no-arm") p.variant = reference::Variant::qed;
+  else if (id == "gdn2-with-arm") p.arm = reference::Arm::full;
+  else if (id == "cu-b2") p.B = 2, p.cu_seqlens = cu, p.num_seqs = 1;
+  else if (id == "cu-no-seqs") p.cu_seqlens = cu, p.num_seqs = 0;
+  else if (id == "cu-decreasing") {
+    const int64_t c[] = {0, 3, 2, 4};
+    std::copy(std::begin(c), std::end(c), cu);
+    p.cu_seqlens = p.cu_seqlens_host = cu, p.num_seqs = 3;
+  } else if (id == "cu-end") {
+    const int64_t c[] = {0, 2, 3};
+    std::copy(std::begin(c), std::end(c), cu);
+    p.cu_seqlens = p.cu_seqlens_host = cu, p.num_seqs = 2;
+  }
+  if (id.rfind("cu-", 0) == 0 || id == "k-zero" || id == "k-odd" || id == "v-6" || id == "b-zero" ||
+      id == "t-negative" || id == "scale-nan" || id == "qed-no-arm" || id == "gdn2-with-arm")
+    return k::validate_problem(fn, p);
+  if (id == "q-null") in.q.data = nullptr;
+  else if (id == "beta-for-gdn2") in.beta = seq(1);
+  else if (id == "lambda-missing") p.variant = reference::Variant::qed, p.arm = reference::Arm::full, fill_inputs(), in.lambda = nullptr;
+  else if (id == "r-missing") p.variant = reference::Variant::qed, p.arm = reference::Arm::rand, fill_inputs(), in.r = nullptr;
+  else if (id == "stride-zero") in.q.stride_t = 0;
+  else if (id == "stride-negative") in.k.stride_h = -1;
+  else if (id == "dtype-7") in.v.dtype = static_cast<k::DType>(7);
+  else if (id == "h0-misaligned") in.h0 = k::state_tensor(buf + 1, p.H, p.K, p.V);
+  else if (id == "h0-stride") in.h0 = k::state_tensor(buf, p.H, p.K, p.V), in.h0.stride_k = 18;
+  if (id == "dq-null" || id == "dh0-null") {
+    if (id == "dq-null") gr.dq.data = nullptr;
+    else gr.dh0.data = nullptr;
+    return k::validate_grads("recurrent_backward", p, gr);
+  }
+  if (id == "o-stride") {
+    auto o = seq_out(p.V);
+    o.stride_b = -4;
+    return k::validate_output(fn, "o", p, o);
+  }
+  return k::validate_inputs(fn, p, in);
+}
+
+}  // namespace
+#endif
+
+// Kernel host API (kernels/api.hpp): the validation every entry point runs before any CUDA
+// call, so it is checked without a GPU, in every build that compiles the kernels.
+TEST(Robustness, KernelHostApiTableMatches) {
+#ifndef QEDCHECK_HAVE_CUDA
+  GTEST_SKIP() << "CUDA kernels are not built here; the kernel host API rows of " << kTable
+               << " are checked in CUDA builds (validation needs no GPU)";
+#else
+  const auto rows = read_table("Kernel host API");
+  ASSERT_GE(rows.size(), 15u) << "kernel table rows not found in " << kTable;
+  const bool print = std::getenv("QEDCHECK_ROBUSTNESS_PRINT") != nullptr;
+  for (const auto& row : rows) {
+    SCOPED_TRACE("row " + row.id + " (" + row.input + ")");
+    const k::Status s = kernel_row(row.id);
+    if (print)
+      std::printf("| %s | %s | `%s` | %s | `%s` |\n", row.id.c_str(), row.input.c_str(), row.command.c_str(),
+                  code_name(s.code), s.message.c_str());
+    // The exit column holds the status code's name for these rows.
+    EXPECT_EQ(code_name(s.code), row.status);
+    EXPECT_EQ(s.message, row.message);
+  }
+#endif
 }
