@@ -155,26 +155,27 @@ Config draw_config(uint64_t seed, int64_t index, const ImplSpec& spec, const Dra
   }
 
   // Gates at and near their limits.
-  const std::vector<std::string> gate_modes = {"drawn", "drawn", "b,w in {0,1}", "g = 0", "g in {-20,-80,-150}",
-                                               "alpha = 1, b = 1", "all edges"};
+  const std::vector<std::string> gate_modes = {"drawn", "drawn", "b,w at/near {0,1}", "g at/near 0",
+                                               "g in {-20,-80,-150}", "alpha = 1, b = 1", "all edges"};
   const std::string gates = pick(r, gate_modes);
   cls["gates"] = gates;
+  const double tiny = 0x1p-20;  // "near": survives float rounding, not bf16's
   auto edge01 = [&](std::vector<double>& x, double p) {
     for (double& e : x)
-      if (r.uniform() < p) e = r.uniform() < 0.5 ? 0.0 : 1.0;
+      if (r.uniform() < p) e = pick(r, std::vector<double>{0.0, 1.0, 0.0, 1.0, tiny, 1.0 - tiny});
   };
   auto gneg = [&](double p) {
     for (double& e : in.g)
       if (r.uniform() < p) e = pick(r, std::vector<double>{-20.0, -80.0, -150.0});
   };
-  if (gates == "b,w in {0,1}" || gates == "all edges") {
+  if (gates == "b,w at/near {0,1}" || gates == "all edges") {
     edge01(in.b, 0.5);
     edge01(in.w, 0.5);
     edge01(in.beta, 0.5);
   }
-  if (gates == "g = 0" || gates == "all edges")
+  if (gates == "g at/near 0" || gates == "all edges")
     for (double& e : in.g)
-      if (r.uniform() < 0.5) e = 0;
+      if (r.uniform() < 0.5) e = r.uniform() < 0.7 ? 0.0 : -tiny;
   if (gates == "g in {-20,-80,-150}" || gates == "all edges") gneg(0.3);
   if (gates == "alpha = 1, b = 1") {
     std::fill(in.g.begin(), in.g.end(), 0.0);

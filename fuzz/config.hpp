@@ -1,9 +1,10 @@
 // Drawing fuzz configurations well beyond the unit tests' distribution: T from 1 to 16384 (long
 // sequences only with small K, V, H so that every case stays cheap on a CPU), odd K and V, many
-// heads, gates at their limits (b, w in {0, 1}, g = 0, g in {-20, -80, -150}, alpha = 1 with
-// b = 1), raw, correlated, zero and (anti-)aligned keys, lambda from 0 to 10 (unstable ones
-// included: the oracle is far more precise than the implementation, and the twin rule scales
-// with the conditioning), varlen packing with empty sequences, large h0, and cotangents.
+// heads, gates at and near their limits (b, w in {0, 1} and 2^-20 off them, g = 0 and -2^-20,
+// g in {-20, -80, -150}, alpha = 1 with b = 1), raw, correlated, zero and (anti-)aligned keys,
+// lambda from 0 to 10 (unstable ones included: the oracle is far more precise than the
+// implementation, and the twin rule scales with the conditioning), varlen packing with empty
+// sequences, large h0, and cotangents.
 // Configuration i of seed s depends on (s, i) only.
 #pragma once
 
