@@ -222,7 +222,7 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
   for (const auto& p : problems) total_work += p.work;
   if (log && opt.progress)
     fmt::print(log, "certify: {} subject(s), {} cells planned, {} problem(s) to measure ({} mode, "
-                    "{} seed(s))\n", subjects.size(), cells.size(), problems.size(), opt.mode, opt.seeds);
+                    "{} seed(s))\n", subjects.size(), cells.size(), problems.size(), run_mode, opt.seeds);
 
   const Machine machine = this_machine();
   const std::string commit = git_commit_or_unknown();

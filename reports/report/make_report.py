@@ -156,6 +156,9 @@ def error_vs_T(cert, dataset="o"):
     rows = (len(fams) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
     for ax, (fam, unstable) in zip(axes.flat, fams):
+        nonfinite = sorted({c["T"] for c in cells if family(c) == fam and c["unstable"] == unstable
+                            for d in c["datasets"] if d["name"] == dataset
+                            and not math.isfinite(num(d["max_rel_frobenius"]))})
         for regime in REGIME_ORDER:
             pts = sorted(
                 (c["T"], num(d["max_rel_frobenius"]), num(d["bound_rel_frobenius"]))
@@ -170,7 +173,10 @@ def error_vs_T(cert, dataset="o"):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], REGIME_STYLE[regime], label=regime, ms=4)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(fam + (" — unstable, not certified" if unstable else ""), fontsize=9)
+        title = fam + (" — unstable, not certified" if unstable else "")
+        if nonfinite:
+            title += "\nnon-finite at T = " + ", ".join(str(t) for t in nonfinite)
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("T")
         ax.set_ylabel(f"max rel_F({dataset}) over seeds")
         ax.grid(True, which="both", alpha=0.3)
