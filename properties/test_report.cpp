@@ -129,27 +129,41 @@ TEST(Report, RendersInHeadlessChromium) {
                     "'chromium'); the HTML was not rendered";
   const auto& g = generated();
   ASSERT_EQ(g.rc, 0) << g.log;
-  const std::string shot = g.out + "/screenshot.png";
-  const std::string html = std::filesystem::absolute(g.out + "/index.html").string();
-  const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --hide-scrollbars "
-                          "--window-size=1200,2400 --screenshot=" + shot + " file://" + html +
-                          " > " + g.out + "/chromium.log 2>&1";
-  ASSERT_EQ(shell(cmd), 0) << cmd << "\n" << read_text(g.out + "/chromium.log");
-  ASSERT_TRUE(std::filesystem::exists(shot)) << read_text(g.out + "/chromium.log");
-  // Non-blank: enough pixels away from white, and some variety (text, lines, bars).
-  const std::string probe = g.out + "/probe.txt";
-  const std::string py = std::string(QEDCHECK_PYTHON) +
-                         " -c \"import sys, numpy as np, matplotlib.image as m; a = m.imread(sys.argv[1])[..., :3]; "
-                         "d = (np.abs(a - 1.0).max(axis=2) > 0.1).mean(); print('%.4f %.4f %d %d' % (d, a.std(), a.shape[0], a.shape[1]))\" " +
-                         shot + " > " + probe;
-  ASSERT_EQ(shell(py), 0) << py;
-  double dark = 0, spread = 0;
-  int h = 0, w = 0;
-  ASSERT_EQ(std::sscanf(read_text(probe).c_str(), "%lf %lf %d %d", &dark, &spread, &h, &w), 4);
-  std::printf("screenshot %dx%d: %.1f%% non-white pixels, std %.3f\n", w, h, 100 * dark, spread);
-  EXPECT_EQ(w, 1200);
-  EXPECT_GT(dark, 0.02);
-  EXPECT_GT(spread, 0.05);
+  struct Shot {
+    double dark = -1, spread = -1;
+    int h = 0, w = 0;
+  };
+  // Screenshot of a page, then: the fraction of pixels away from white, and the pixel spread.
+  auto render = [&](const std::string& page, const std::string& name) {
+    Shot s;
+    const std::string shot = g.out + "/" + name + ".png";
+    const std::string url = "file://" + std::filesystem::absolute(page).string();
+    const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                            "--window-size=1200,2400 --screenshot=" + shot + " " + url + " > " +
+                            g.out + "/chromium.log 2>&1";
+    EXPECT_EQ(shell(cmd), 0) << cmd << "\n" << read_text(g.out + "/chromium.log");
+    EXPECT_TRUE(std::filesystem::exists(shot)) << read_text(g.out + "/chromium.log");
+    const std::string probe = g.out + "/" + name + ".txt";
+    const std::string py =
+        std::string(QEDCHECK_PYTHON) +
+        " -c \"import sys, numpy as np, matplotlib.image as m; a = m.imread(sys.argv[1])[..., :3]; "
+        "d = (np.abs(a - 1.0).max(axis=2) > 0.1).mean(); print('%.4f %.4f %d %d' % (d, a.std(), "
+        "a.shape[0], a.shape[1]))\" " + shot + " > " + probe;
+    EXPECT_EQ(shell(py), 0) << py;
+    EXPECT_EQ(std::sscanf(read_text(probe).c_str(), "%lf %lf %d %d", &s.dark, &s.spread, &s.h, &s.w), 4);
+    return s;
+  };
+  const Shot report = render(g.out + "/index.html", "screenshot");
+  std::printf("screenshot %dx%d: %.1f%% non-white pixels, std %.3f\n", report.w, report.h,
+              100 * report.dark, report.spread);
+  EXPECT_EQ(report.w, 1200);
+  EXPECT_GT(report.dark, 0.02);
+  EXPECT_GT(report.spread, 0.05);
+  // The check's own mutation: an empty page is blank by the same measure.
+  std::ofstream(g.out + "/blank.html") << "<!DOCTYPE html><html><body></body></html>\n";
+  const Shot blank = render(g.out + "/blank.html", "blank");
+  EXPECT_LT(blank.dark, 0.001);
+  EXPECT_LT(blank.spread, 0.01);
 }
 
 TEST(Report, CommittedReportIsCurrent) {
