@@ -35,9 +35,10 @@ int run_certify_verb(CertifyCli& c) {
     fmt::print("{}: {} cells ({} certified, {} unstable reported, {} not certified)\n", p,
                cert.cells.size(), certified, unstable, not_certified);
   }
-  fmt::print("measured {} of {} pending problem(s), {} cell(s) resumed from earlier runs, {:.1f} s{}\n",
-             sum.problems_measured, sum.problems_total, sum.cells_resumed, sum.seconds,
-             sum.interrupted ? " (stopped by --max-cells; run again to resume)" : "");
+  fmt::print(
+      "measured {} of {} pending problem(s), {} cell(s) resumed from earlier runs, {:.1f} s{}\n",
+      sum.problems_measured, sum.problems_total, sum.cells_resumed, sum.seconds,
+      sum.interrupted ? " (stopped by --max-cells; run again to resume)" : "");
   return 0;
 }
 
@@ -52,20 +53,26 @@ const RegisterVerb reg(40, [](CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_flag("--quick", c->quick, "small sweep: T 64..256, K=V=64 (default)");
   sub->add_flag("--full", c->full, "long sweep: T 64..16384, K=V 64 and 128, more families");
-  sub->add_option("--out", c->o.out_dir, "folder of the certificates and journals")->capture_default_str();
-  sub->add_option("--seeds", c->o.seeds, "seeds per cell (0..N-1)")->capture_default_str()
+  sub->add_option("--out", c->o.out_dir, "folder of the certificates and journals")
+      ->capture_default_str();
+  sub->add_option("--seeds", c->o.seeds, "seeds per cell (0..N-1)")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  sub->add_option("--first-seed", c->o.first_seed, "seeds are FIRST .. FIRST+N-1")->capture_default_str();
+  sub->add_option("--first-seed", c->o.first_seed, "seeds are FIRST .. FIRST+N-1")
+      ->capture_default_str();
   sub->add_option("--T", c->o.Ts, "override the lengths")->delimiter(',');
   sub->add_option("--head-dim", c->o.head_dims, "override K = V")->delimiter(',');
-  sub->add_option("--family", c->o.families, "override families: gdn2, kda, gdn, deltanet, qed.ARM@LAMBDA")
+  sub->add_option("--family", c->o.families,
+                  "override families: gdn2, kda, gdn, deltanet, qed.ARM@LAMBDA")
       ->delimiter(',');
   sub->add_option("--regime", c->o.regimes, "override regimes: std, mixed, hard, a1b1, hard_corr")
       ->delimiter(',');
-  sub->add_option("--heads", c->o.heads, "H of every case")->capture_default_str()
+  sub->add_option("--heads", c->o.heads, "H of every case")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
   sub->add_flag("--no-unstable", c->no_unstable, "leave out the unstable configurations");
-  sub->add_option("--max-cells", c->o.max_new_cells, "stop after measuring N problems (resume later)");
+  sub->add_option("--max-cells", c->o.max_new_cells,
+                  "stop after measuring N problems (resume later)");
   sub->add_option("--threads", c->o.threads, "CPU worker threads (0: all cores)");
   sub->add_flag("-q,--quiet", c->quiet, "no progress lines on stderr");
   sub->callback([c, &action] { action = [c] { return run_certify_verb(*c); }; });

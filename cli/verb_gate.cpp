@@ -36,20 +36,23 @@ const RegisterVerb reg(45, [](CLI::App& app, Action& action) {
   CLI::App* sub = app.add_subcommand(
       "gate", "CI regression gate: re-measure certified cells, exactness properties, benchmarks");
   sub->add_option("--certificate", c->o.certificates, "certificate(s) to re-measure (repeatable)");
-  sub->add_option("--max-T", c->o.max_T, "re-measure certified cells with T <= this (default: the "
-                                         "certificate's smallest T)");
+  sub->add_option("--max-T", c->o.max_T,
+                  "re-measure certified cells with T <= this (default: the "
+                  "certificate's smallest T)");
   sub->add_flag("--all-cells", c->o.all_cells, "re-measure every certified cell");
   sub->add_option("--impl", c->impl, "candidate implementation instead of the certificate's");
   sub->add_option("--operands", c->operands, "candidate reference-chunked operands")
       ->check(CLI::IsMember({"none", "fp32", "bf16", "fp16"}));
   sub->add_option("--precision", c->precision, "candidate CPU precision (float, double, ...)");
-  sub->add_option("--dtype", c->dtype, "candidate CUDA dtype")->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--dtype", c->dtype, "candidate CUDA dtype")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--chunk", c->chunk, "candidate chunk size");
   sub->add_flag("--no-exact", c->no_exact, "skip the exactness properties");
   sub->add_flag("--require-all", c->o.require_all,
                 "fail when a certificate's implementation cannot run here (default: skip it, "
                 "e.g. CUDA certificates on a machine without a device)");
-  sub->add_option("--bench-table", c->o.bench_table, "fresh benchmark table (qedcheck.bench/1 JSON or Markdown)");
+  sub->add_option("--bench-table", c->o.bench_table,
+                  "fresh benchmark table (qedcheck.bench/1 JSON or Markdown)");
   sub->add_option("--bench-baseline", c->o.bench_baseline,
                   "committed table to compare with (default reports/bench/<same file name>)");
   sub->add_option("--bench-margin", c->o.bench_margin, "allowed slowdown, fraction")

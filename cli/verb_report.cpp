@@ -26,7 +26,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ReportCli {
-  std::string certificates = "reports/certificates", bench = "reports/bench", out, generator, python;
+  std::string certificates = "reports/certificates", bench = "reports/bench", out, generator,
+              python;
 };
 
 // The generator next to the sources: from the working folder, or above the binary (build/cli/).
@@ -58,7 +59,8 @@ std::vector<fs::path> files_in(const std::string& dir, std::initializer_list<con
 }
 
 int run_report(const ReportCli& o) {
-  nlohmann::json bundle = {{"certificates", nlohmann::json::array()}, {"bench", nlohmann::json::array()}};
+  nlohmann::json bundle = {{"certificates", nlohmann::json::array()},
+                           {"bench", nlohmann::json::array()}};
   if (!fs::is_directory(o.certificates))
     throw qed::Error("--certificates " + o.certificates + ": not a folder");
   for (const auto& p : files_in(o.certificates, {".json"})) {
@@ -75,24 +77,29 @@ int run_report(const ReportCli& o) {
       nlohmann::json rows = nlohmann::json::array();
       for (const auto& r : t.rows) {
         nlohmann::json row = {{"name", r.name}, {"ms", r.ms}, {"peer", r.peer}};
-        row["peer_ms"] = r.peer_ms == r.peer_ms ? nlohmann::json(r.peer_ms) : nlohmann::json(nullptr);
+        row["peer_ms"] =
+            r.peer_ms == r.peer_ms ? nlohmann::json(r.peer_ms) : nlohmann::json(nullptr);
         rows.push_back(row);
       }
       bundle["bench"].push_back({{"path", (fs::path(o.bench) / p.filename()).string()},
-                                 {"machine", t.machine}, {"git_commit", t.git_commit},
-                                 {"created", t.created}, {"rows", rows}});
+                                 {"machine", t.machine},
+                                 {"git_commit", t.git_commit},
+                                 {"created", t.created},
+                                 {"rows", rows}});
     } catch (const qed::Error& e) {
       fmt::print(stderr, "report: skipping {}: {}\n", p.string(), e.what());
     }
   }
   fs::create_directories(o.out);
   const std::string bundle_path =
-      (fs::temp_directory_path() / fmt::format("qedcheck-report-{}.json", static_cast<long>(::getpid())))
+      (fs::temp_directory_path() /
+       fmt::format("qedcheck-report-{}.json", static_cast<long>(::getpid())))
           .string();
   verify::write_file_atomic(bundle_path, bundle.dump());
   const std::string gen = o.generator.empty() ? find_generator() : o.generator;
   std::string py = o.python;
-  if (py.empty()) py = std::getenv("QEDCHECK_PYTHON") ? std::getenv("QEDCHECK_PYTHON") : "/usr/bin/python3";
+  if (py.empty())
+    py = std::getenv("QEDCHECK_PYTHON") ? std::getenv("QEDCHECK_PYTHON") : "/usr/bin/python3";
   std::vector<std::string> args = {py, gen, "--bundle", bundle_path, "--out", o.out};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -117,11 +124,15 @@ const RegisterVerb reg(50, [](CLI::App& app, Action& action) {
   auto o = std::make_shared<ReportCli>();
   CLI::App* sub = app.add_subcommand(
       "report", "Markdown and self-contained HTML report (plots) from certificates and benchmarks");
-  sub->add_option("--certificates", o->certificates, "folder of certificates")->capture_default_str();
-  sub->add_option("--bench", o->bench, "folder of benchmark tables (*.json, *.md)")->capture_default_str();
-  sub->add_option("--out", o->out, "output folder (index.md, index.html, report/figures/)")->required();
+  sub->add_option("--certificates", o->certificates, "folder of certificates")
+      ->capture_default_str();
+  sub->add_option("--bench", o->bench, "folder of benchmark tables (*.json, *.md)")
+      ->capture_default_str();
+  sub->add_option("--out", o->out, "output folder (index.md, index.html, report/figures/)")
+      ->required();
   sub->add_option("--generator", o->generator, "path of reports/report/make_report.py");
-  sub->add_option("--python", o->python, "Python with matplotlib (default $QEDCHECK_PYTHON or /usr/bin/python3)");
+  sub->add_option("--python", o->python,
+                  "Python with matplotlib (default $QEDCHECK_PYTHON or /usr/bin/python3)");
   sub->callback([o, &action] { action = [o] { return run_report(*o); }; });
 });
 

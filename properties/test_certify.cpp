@@ -54,9 +54,11 @@ Certificate synthetic_certificate() {
   for (int64_t T : {64, 128, 256}) {
     // err = 1e-3 T^0.25 exactly: the fit must find p = 0.25 with zero residual.
     cert.cells.push_back(synthetic_cell("hard", T, 1e-3 * std::pow(static_cast<double>(T), 0.25)));
-    cert.cells.push_back(synthetic_cell("a1b1", T, 1e-2 * std::pow(1.02, static_cast<double>(T)), true));
+    cert.cells.push_back(
+        synthetic_cell("a1b1", T, 1e-2 * std::pow(1.02, static_cast<double>(T)), true));
   }
-  for (auto& c : cert.cells) finalize_cell(c, cert.safety_factor, cert.bound_floor, std::ldexp(1.0, -8));
+  for (auto& c : cert.cells)
+    finalize_cell(c, cert.safety_factor, cert.bound_floor, std::ldexp(1.0, -8));
   return cert;
 }
 
@@ -75,7 +77,8 @@ TEST(Certificate, SchemaRoundTripsExactly) {
   Certificate odd = cert;
   odd.cells[0].datasets[0].rel_frobenius[1] = INFINITY;
   finalize_cell(odd.cells[0], odd.safety_factor, odd.bound_floor, 1.0 / 256);
-  const Certificate odd_back = certificate_from_json(nlohmann::json::parse(certificate_text(odd)), "mem");
+  const Certificate odd_back =
+      certificate_from_json(nlohmann::json::parse(certificate_text(odd)), "mem");
   EXPECT_TRUE(std::isinf(odd_back.cells[0].datasets[0].rel_frobenius[1]));
   EXPECT_EQ(odd_back.cells[0].status, "not-certified");
   EXPECT_EQ(certificate_text(odd_back), certificate_text(odd));
@@ -105,20 +108,26 @@ TEST(Certificate, RejectsBrokenDocumentsWithTheRule) {
   };
   nlohmann::json j = good;
   j["schema"] = "qedcheck.certificate/2";
-  EXPECT_EQ(message(j), "c.json: schema must be \"qedcheck.certificate/1\" (found \"qedcheck.certificate/2\")");
+  EXPECT_EQ(message(j),
+            "c.json: schema must be \"qedcheck.certificate/1\" (found \"qedcheck.certificate/2\")");
   j = good;
   j["cells"][0]["status"] = "fine";
-  EXPECT_EQ(message(j), "c.json.cells[0].status: 'fine' (rule: certified, unstable or not-certified)");
+  EXPECT_EQ(message(j),
+            "c.json.cells[0].status: 'fine' (rule: certified, unstable or not-certified)");
   j = good;
   j["cells"][1]["T"] = 65;
-  EXPECT_NE(message(j).find("c.json.cells[1]: key \"qed.full(l=1)/a1b1/B=1/T=64"), std::string::npos)
+  EXPECT_NE(message(j).find("c.json.cells[1]: key \"qed.full(l=1)/a1b1/B=1/T=64"),
+            std::string::npos)
       << message(j);
   j = good;
   j["cells"][0]["datasets"][0]["max_abs"].erase(0);
-  EXPECT_EQ(message(j), "c.json.cells[0].datasets[0]: rel_frobenius, max_abs and ref_max_abs need one value per seed");
+  EXPECT_EQ(message(j),
+            "c.json.cells[0].datasets[0]: rel_frobenius, max_abs and ref_max_abs need one value "
+            "per seed");
   j = good;
   j["cells"][0].erase("seeds");
-  EXPECT_EQ(message(j), "c.json.cells[0]: missing member \"seeds\" (schema qedcheck.certificate/1)");
+  EXPECT_EQ(message(j),
+            "c.json.cells[0]: missing member \"seeds\" (schema qedcheck.certificate/1)");
 }
 
 TEST(Certificate, CellStatisticsBoundsAndStatus) {
@@ -161,7 +170,8 @@ TEST(Certificate, CellStatisticsBoundsAndStatus) {
 
 TEST(Certificate, PowerLawFit) {
   double c = 0, p = 0, r = 0;
-  ASSERT_TRUE(fit_power_law({64, 256, 1024, 4096}, {3e-7 * 8, 3e-7 * 16, 3e-7 * 32, 3e-7 * 64}, c, p, r));
+  ASSERT_TRUE(
+      fit_power_law({64, 256, 1024, 4096}, {3e-7 * 8, 3e-7 * 16, 3e-7 * 32, 3e-7 * 64}, c, p, r));
   EXPECT_NEAR(p, 0.5, 1e-12);
   EXPECT_NEAR(c, 3e-7, 1e-18);
   EXPECT_NEAR(r, 0, 1e-12);
@@ -198,8 +208,10 @@ TEST(Certify, FamiliesParseOrNameTheRule) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message("kda@1"), "family 'kda@1': only qed takes an arm and @lambda (e.g. qed.full@1)");
-  EXPECT_EQ(message("qed.half"), "family 'qed.half': qed arm must be full, nogate, nogate_noproj or rand");
+  EXPECT_EQ(message("kda@1"),
+            "family 'kda@1': only qed takes an arm and @lambda (e.g. qed.full@1)");
+  EXPECT_EQ(message("qed.half"),
+            "family 'qed.half': qed arm must be full, nogate, nogate_noproj or rand");
   EXPECT_EQ(message("mamba"), "family 'mamba': variant must be gdn2, qed, kda, gdn or deltanet");
 }
 
@@ -245,7 +257,8 @@ TEST(Certify, ResumesAfterInterruptionWithoutLosingCells) {
   // one): it is skipped, and the certificate can be rebuilt from the journal alone.
   {
     std::ofstream j(journal_path(cert_path), std::ios::app);
-    j << "{\"schema\": \"qedcheck.certificate-journal/1\", \"subject\": \"reference-chunked+fp32\", \"ce";
+    j << "{\"schema\": \"qedcheck.certificate-journal/1\", \"subject\": "
+         "\"reference-chunked+fp32\", \"ce";
   }
   std::filesystem::remove(cert_path);
 
@@ -262,7 +275,8 @@ TEST(Certify, ResumesAfterInterruptionWithoutLosingCells) {
     // Not re-measured: the very same record (timings included).
     EXPECT_EQ(cell_to_json(*again), cell_to_json(c)) << c.spec.key();
   }
-  for (const auto& c : full.cells) EXPECT_EQ(c.status, "certified") << c.spec.key() << ": " << c.note;
+  for (const auto& c : full.cells)
+    EXPECT_EQ(c.status, "certified") << c.spec.key() << ": " << c.note;
 
   // A third run has nothing left to do.
   const auto third = run_certify(o, nullptr);
@@ -283,7 +297,8 @@ TEST(Certify, MeasuresWhatItClaims) {
   for (const auto& cell : c.cells) {
     EXPECT_GT(cell.oracle_min_digits, 9) << cell.spec.key();
     ASSERT_EQ(cell.oracle.size(), cell.datasets.size());
-    for (const auto& o : cell.oracle) EXPECT_LT(o.rel_frobenius, 1e-13) << cell.spec.key() << " " << o.name;
+    for (const auto& o : cell.oracle)
+      EXPECT_LT(o.rel_frobenius, 1e-13) << cell.spec.key() << " " << o.name;
     EXPECT_EQ(cell.oracle_seed, seed);
     for (const auto& d : cell.datasets) {
       EXPECT_GT(d.max_rel_frobenius, 0) << cell.spec.key() << " " << d.name;
@@ -302,11 +317,18 @@ TEST(Certify, CliResumesAfterSigkill) {
   Scratch tmp("certify-kill");
   const std::string out = tmp.dir.string();
   const std::string journal = tmp / "reference-recurrent+fp32.journal.jsonl";
-  const std::vector<std::string> args = {
-      QEDCHECK_BINARY, "certify", "--impl", "reference-recurrent", "--dtype", "fp32", "--out", out,
-      "--T", "32,48,64,80", "--head-dim", "8", "--heads", "1", "--seeds", "2", "--first-seed",
-      std::to_string(seed), "--family", "gdn2,qed.full@1,kda", "--regime", "std,hard,a1b1",
-      "--no-unstable", "-q"};
+  const std::vector<std::string> args = {QEDCHECK_BINARY, "certify",
+                                         "--impl",        "reference-recurrent",
+                                         "--dtype",       "fp32",
+                                         "--out",         out,
+                                         "--T",           "32,48,64,80",
+                                         "--head-dim",    "8",
+                                         "--heads",       "1",
+                                         "--seeds",       "2",
+                                         "--first-seed",  std::to_string(seed),
+                                         "--family",      "gdn2,qed.full@1,kda",
+                                         "--regime",      "std,hard,a1b1",
+                                         "--no-unstable", "-q"};
   std::string line;
   for (const auto& a : args) line += a + " ";
   const pid_t pid = ::fork();
@@ -320,7 +342,8 @@ TEST(Certify, CliResumesAfterSigkill) {
   }
   // Kill it as soon as two cells are on disk.
   const auto t0 = std::chrono::steady_clock::now();
-  while (count_lines(journal) < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+  while (count_lines(journal) < 2 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ::kill(pid, SIGKILL);
   int status = 0;
@@ -328,7 +351,8 @@ TEST(Certify, CliResumesAfterSigkill) {
   const int kept = count_lines(journal);
   ASSERT_GE(kept, 2);
   const bool killed = WIFSIGNALED(status);
-  std::printf("killed: %s after %d journal lines (of 36)\n", killed ? "yes" : "no, it finished", kept);
+  std::printf("killed: %s after %d journal lines (of 36)\n", killed ? "yes" : "no, it finished",
+              kept);
   // Resume: the journal's cells are kept, the rest measured.
   ASSERT_EQ(shell(line + " > " + (tmp / "resume.txt")), 0) << line;
   const std::string log = read_text(tmp / "resume.txt");

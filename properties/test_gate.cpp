@@ -113,7 +113,8 @@ TEST(Gate, SkipsImplementationsThatCannotRunHereUnlessRequired) {
   EXPECT_TRUE(skipped.pass);
   EXPECT_EQ(skipped.cells, 0);
   ASSERT_FALSE(skipped.notes.empty());
-  EXPECT_NE(skipped.notes.back().find("cannot run here"), std::string::npos) << skipped.notes.back();
+  EXPECT_NE(skipped.notes.back().find("cannot run here"), std::string::npos)
+      << skipped.notes.back();
   EXPECT_NE(skipped.notes.back().find("skipped"), std::string::npos) << skipped.notes.back();
   g.require_all = true;
   EXPECT_FALSE(run_gate(g, nullptr).pass);
@@ -182,8 +183,10 @@ TEST(GateBench, MarkdownAndJsonTablesParse) {
   const std::string several =
       "# Chunked forward\n\nTimes in ms, median of 15.\n\n"
       "| shape | floor | ours GDN-2 | ours QED full | peer chunk_gdn2 | ours vs peer |\n"
-      "| --- | --- | --- | --- | --- | --- |\n| [8,4096,16,128] | 0.230 | 3.373 | 3.868 | 2.139 | 0.63x |\n\n"
-      "Accuracy against float64:\n\n| regime | ours o | ours ht | peer o |\n| --- | --- | --- | --- |\n"
+      "| --- | --- | --- | --- | --- | --- |\n| [8,4096,16,128] | 0.230 | 3.373 | 3.868 | 2.139 | "
+      "0.63x |\n\n"
+      "Accuracy against float64:\n\n| regime | ours o | ours ht | peer o |\n| --- | --- | --- | "
+      "--- |\n"
       "| std | 3.35e-3 | 3.38e-6 | 3.33e-3 |\n";
   const BenchTable v = parse_bench_markdown(several, "v.md");
   ASSERT_EQ(v.rows.size(), 2u);
@@ -209,11 +212,14 @@ TEST(GateBench, MarkdownAndJsonTablesParse) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message(R"({"schema": "x", "rows": []})"), "b.json: schema must be \"qedcheck.bench/1\"");
+  EXPECT_EQ(message(R"({"schema": "x", "rows": []})"),
+            "b.json: schema must be \"qedcheck.bench/1\"");
   EXPECT_EQ(message(R"({"schema": "qedcheck.bench/1", "rows": [{"name": "a", "ms": 0}]})"),
             "b.json: rows[0]: needs \"ms\", a number > 0");
-  EXPECT_EQ(message(R"({"schema": "qedcheck.bench/1", "rows": [{"name": "a", "ms": 1}, {"name": "a", "ms": 2}]})"),
-            "b.json: rows[1]: name 'a' appears twice");
+  EXPECT_EQ(
+      message(
+          R"({"schema": "qedcheck.bench/1", "rows": [{"name": "a", "ms": 1}, {"name": "a", "ms": 2}]})"),
+      "b.json: rows[1]: name 'a' appears twice");
   try {
     (void)parse_bench_markdown("no table here\n", "e.md");
     ADD_FAILURE() << "no error";
@@ -240,7 +246,8 @@ TEST(GateBench, SlowdownPastTheMarginFails) {
   // Through the gate, with files: the committed JSON against a fresh Markdown table.
   Scratch tmp("gate-bench");
   {
-    std::ofstream(tmp / "base.json") << R"({"schema": "qedcheck.bench/1", "rows": [{"name": "fwd", "ms": 1.0}]})";
+    std::ofstream(tmp / "base.json")
+        << R"({"schema": "qedcheck.bench/1", "rows": [{"name": "fwd", "ms": 1.0}]})";
     std::ofstream(tmp / "fresh_ok.md") << "| bench | ms |\n|---|---|\n| fwd | 1.05 |\n";
     std::ofstream(tmp / "fresh_slow.md") << "| bench | ms |\n|---|---|\n| fwd | 1.2 |\n";
   }

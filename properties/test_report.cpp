@@ -51,10 +51,12 @@ struct Generated {
     run_certify(o, nullptr);
     std::filesystem::create_directories(tmp / "bench");
     std::ofstream(tmp / "bench/recurrent.md")
-        << "| config | ours (ms) | fla (ms) |\n|---|---|---|\n| fwd T=4096 | 1.25 | 1.5 |\n| bwd T=4096 | 2.5 | 3.1 |\n";
+        << "| config | ours (ms) | fla (ms) |\n|---|---|---|\n| fwd T=4096 | 1.25 | 1.5 |\n| bwd "
+           "T=4096 | 2.5 | 3.1 |\n";
     out = tmp / "out";
-    rc = shell(std::string(QEDCHECK_BINARY) + " report --certificates " + (tmp / "certs") + " --bench " +
-               (tmp / "bench") + " --out " + out + " > " + (tmp / "log.txt") + " 2>&1");
+    rc = shell(std::string(QEDCHECK_BINARY) + " report --certificates " + (tmp / "certs") +
+               " --bench " + (tmp / "bench") + " --out " + out + " > " + (tmp / "log.txt") +
+               " 2>&1");
     log = read_text(tmp / "log.txt");
   }
 };
@@ -65,7 +67,8 @@ const Generated& generated() {
 }
 
 std::string find_chromium() {
-  for (const char* name : {"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}) {
+  for (const char* name :
+       {"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}) {
     const std::string cmd = std::string("command -v ") + name + " > /dev/null 2>&1";
     if (shell(cmd) == 0) return name;
   }
@@ -85,7 +88,8 @@ TEST(Report, MarkdownNamesEveryFigureItLinks) {
   EXPECT_NE(md.find("| fwd T=4096 | 1.25 | fla (ms) | 1.5 | 1.20 |"), std::string::npos) << md;
   const std::regex link(R"(!\[[^\]]*\]\(([^)]+)\))");
   int figures = 0;
-  for (auto it = std::sregex_iterator(md.begin(), md.end(), link); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(md.begin(), md.end(), link); it != std::sregex_iterator();
+       ++it) {
     ++figures;
     const std::string path = g.out + "/" + (*it)[1].str();
     EXPECT_TRUE(std::filesystem::exists(path)) << path;
@@ -138,9 +142,10 @@ TEST(Report, RendersInHeadlessChromium) {
     Shot s;
     const std::string shot = g.out + "/" + name + ".png";
     const std::string url = "file://" + std::filesystem::absolute(page).string();
-    const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --hide-scrollbars "
-                            "--window-size=1200,2400 --screenshot=" + shot + " " + url + " > " +
-                            g.out + "/chromium.log 2>&1";
+    const std::string cmd = chromium +
+                            " --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                            "--window-size=1200,2400 --screenshot=" +
+                            shot + " " + url + " > " + g.out + "/chromium.log 2>&1";
     EXPECT_EQ(shell(cmd), 0) << cmd << "\n" << read_text(g.out + "/chromium.log");
     EXPECT_TRUE(std::filesystem::exists(shot)) << read_text(g.out + "/chromium.log");
     const std::string probe = g.out + "/" + name + ".txt";
@@ -148,9 +153,11 @@ TEST(Report, RendersInHeadlessChromium) {
         std::string(QEDCHECK_PYTHON) +
         " -c \"import sys, numpy as np, matplotlib.image as m; a = m.imread(sys.argv[1])[..., :3]; "
         "d = (np.abs(a - 1.0).max(axis=2) > 0.1).mean(); print('%.4f %.4f %d %d' % (d, a.std(), "
-        "a.shape[0], a.shape[1]))\" " + shot + " > " + probe;
+        "a.shape[0], a.shape[1]))\" " +
+        shot + " > " + probe;
     EXPECT_EQ(shell(py), 0) << py;
-    EXPECT_EQ(std::sscanf(read_text(probe).c_str(), "%lf %lf %d %d", &s.dark, &s.spread, &s.h, &s.w), 4);
+    EXPECT_EQ(
+        std::sscanf(read_text(probe).c_str(), "%lf %lf %d %d", &s.dark, &s.spread, &s.h, &s.w), 4);
     return s;
   };
   const Shot report = render(g.out + "/index.html", "screenshot");
@@ -168,15 +175,20 @@ TEST(Report, RendersInHeadlessChromium) {
 
 TEST(Report, CommittedReportIsCurrent) {
   const std::string src = QEDCHECK_SOURCE_DIR;
-  if (!std::filesystem::exists(src + "/reports/index.md")) GTEST_SKIP() << "no committed reports/index.md";
+  if (!std::filesystem::exists(src + "/reports/index.md"))
+    GTEST_SKIP() << "no committed reports/index.md";
   Scratch tmp("report-current");
-  const std::string cmd = "cd " + src + " && " + QEDCHECK_BINARY +
-                          " report --certificates reports/certificates --bench reports/bench --out " +
-                          tmp.dir.string() + " > " + (tmp / "log.txt") + " 2>&1";
+  const std::string cmd =
+      "cd " + src + " && " + QEDCHECK_BINARY +
+      " report --certificates reports/certificates --bench reports/bench --out " +
+      tmp.dir.string() + " > " + (tmp / "log.txt") + " 2>&1";
   ASSERT_EQ(shell(cmd), 0) << read_text(tmp / "log.txt");
   // The certificate sections only: benchmark tables are rewritten by device runs, and a stale
   // benchmark section must not fail the CPU suite.
-  auto certificates_part = [](const std::string& md) { return md.substr(0, md.find("\n## Benchmarks")); };
-  EXPECT_EQ(certificates_part(read_text(tmp / "index.md")), certificates_part(read_text(src + "/reports/index.md")))
+  auto certificates_part = [](const std::string& md) {
+    return md.substr(0, md.find("\n## Benchmarks"));
+  };
+  EXPECT_EQ(certificates_part(read_text(tmp / "index.md")),
+            certificates_part(read_text(src + "/reports/index.md")))
       << "reports/index.md is stale: run `qedcheck report --out reports/` from the source folder";
 }

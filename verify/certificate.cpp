@@ -74,15 +74,16 @@ double number_from_json(const nlohmann::json& j, const std::string& where) {
     if (s == "-inf") return -INFINITY;
   }
   if (j.is_null()) return std::nan("");
-  throw qed::Error(where + ": expected a number (or \"inf\", \"-inf\", \"nan\"), found " + j.dump());
+  throw qed::Error(where + ": expected a number (or \"inf\", \"-inf\", \"nan\"), found " +
+                   j.dump());
 }
 
 namespace {
 
 const nlohmann::json& member(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.is_object() || !j.contains(key))
-    throw qed::Error(fmt::format("{}: missing member \"{}\" (schema {})", where, key,
-                                 kCertificateSchema));
+    throw qed::Error(
+        fmt::format("{}: missing member \"{}\" (schema {})", where, key, kCertificateSchema));
   return j.at(key);
 }
 
@@ -98,7 +99,8 @@ std::string str(const nlohmann::json& j, const char* key, const std::string& whe
 
 int64_t integer(const nlohmann::json& j, const char* key, const std::string& where) {
   const auto& v = member(j, key, where);
-  if (!v.is_number_integer()) throw qed::Error(fmt::format("{}.{}: expected an integer", where, key));
+  if (!v.is_number_integer())
+    throw qed::Error(fmt::format("{}.{}: expected an integer", where, key));
   return v.get<int64_t>();
 }
 
@@ -108,7 +110,8 @@ nlohmann::json numbers(const std::vector<double>& x) {
   return a;
 }
 
-std::vector<double> numbers_from(const nlohmann::json& j, const char* key, const std::string& where) {
+std::vector<double> numbers_from(const nlohmann::json& j, const char* key,
+                                 const std::string& where) {
   const auto& v = member(j, key, where);
   if (!v.is_array()) throw qed::Error(fmt::format("{}.{}: expected an array", where, key));
   std::vector<double> out;
@@ -121,11 +124,21 @@ std::vector<double> numbers_from(const nlohmann::json& j, const char* key, const
 
 nlohmann::json cell_to_json(const CellResult& c) {
   const CellSpec& s = c.spec;
-  nlohmann::json j = {{"key", s.key()},     {"variant", s.variant}, {"arm", s.arm},
-                      {"lambda", s.lambda}, {"regime", s.regime},   {"B", s.B},
-                      {"T", s.T},           {"H", s.H},             {"K", s.K},
-                      {"V", s.V},           {"seeds", s.seeds},     {"unstable", s.unstable},
-                      {"status", c.status}, {"note", c.note},       {"seconds", c.seconds}};
+  nlohmann::json j = {{"key", s.key()},
+                      {"variant", s.variant},
+                      {"arm", s.arm},
+                      {"lambda", s.lambda},
+                      {"regime", s.regime},
+                      {"B", s.B},
+                      {"T", s.T},
+                      {"H", s.H},
+                      {"K", s.K},
+                      {"V", s.V},
+                      {"seeds", s.seeds},
+                      {"unstable", s.unstable},
+                      {"status", c.status},
+                      {"note", c.note},
+                      {"seconds", c.seconds}};
   nlohmann::json oracle = nlohmann::json::object();
   for (const auto& o : c.oracle)
     oracle[o.name] = {{"digits", json_number(o.digits)},
@@ -187,7 +200,8 @@ CellResult cell_from_json(const nlohmann::json& j, const std::string& where) {
   c.oracle_min_digits = num(o, "min_digits", where + ".oracle");
   for (const auto& [name, d] : member(o, "datasets", where + ".oracle").items()) {
     const std::string at = where + ".oracle.datasets." + name;
-    c.oracle.push_back({name, num(d, "digits", at), num(d, "rel_frobenius", at), num(d, "max_abs", at)});
+    c.oracle.push_back(
+        {name, num(d, "digits", at), num(d, "rel_frobenius", at), num(d, "max_abs", at)});
   }
   c.state_norm = numbers_from(j, "state_norm", where);
   const auto& ds = member(j, "datasets", where);
@@ -198,7 +212,8 @@ CellResult cell_from_json(const nlohmann::json& j, const std::string& where) {
     d.rel_frobenius = numbers_from(ds[i], "rel_frobenius", at);
     d.max_abs = numbers_from(ds[i], "max_abs", at);
     d.ref_max_abs = numbers_from(ds[i], "ref_max_abs", at);
-    if (d.max_abs.size() != d.rel_frobenius.size() || d.ref_max_abs.size() != d.rel_frobenius.size())
+    if (d.max_abs.size() != d.rel_frobenius.size() ||
+        d.ref_max_abs.size() != d.rel_frobenius.size())
       throw qed::Error(at + ": rel_frobenius, max_abs and ref_max_abs need one value per seed");
     d.max_rel_frobenius = num(ds[i], "max_rel_frobenius", at);
     d.rms_rel_frobenius = num(ds[i], "rms_rel_frobenius", at);
@@ -217,9 +232,10 @@ CellResult cell_from_json(const nlohmann::json& j, const std::string& where) {
 nlohmann::json certificate_to_json(const Certificate& cert) {
   const Subject& s = cert.subject;
   nlohmann::json j = {{"schema", kCertificateSchema}, {"qedcheck", cert.qedcheck_version}};
-  j["subject"] = {{"name", s.name()},         {"impl", s.impl},         {"dtype", s.dtype},
-                  {"case_dtype", s.case_dtype()}, {"precision", s.precision},
-                  {"operands", s.operands},   {"chunk", s.chunk}};
+  j["subject"] = {{"name", s.name()},         {"impl", s.impl},
+                  {"dtype", s.dtype},         {"case_dtype", s.case_dtype()},
+                  {"precision", s.precision}, {"operands", s.operands},
+                  {"chunk", s.chunk}};
   j["mode"] = cert.mode;
   j["safety_factor"] = cert.safety_factor;
   j["bound_floor"] = cert.bound_floor;
@@ -231,7 +247,8 @@ nlohmann::json certificate_to_json(const Certificate& cert) {
        "the double recurrent pass on the same rounded inputs; its certified digits (agreement "
        "with a float128 pass on the cell's first seed) are recorded per cell, and a cell is "
        "certified only when the oracle's error is below a tenth of the measured error"}};
-  j["machine"] = {{"hostname", cert.machine.hostname}, {"cpu", cert.machine.cpu},
+  j["machine"] = {{"hostname", cert.machine.hostname},
+                  {"cpu", cert.machine.cpu},
                   {"cores", cert.machine.cores}};
   j["git_commit"] = cert.git_commit;
   j["created"] = cert.created;
@@ -249,12 +266,22 @@ nlohmann::json certificate_to_json(const Certificate& cert) {
   j["cells"] = cells;
   nlohmann::json fits = nlohmann::json::array();
   for (const auto& f : fit_growth(cert))
-    fits.push_back({{"variant", f.variant},   {"arm", f.arm},     {"lambda", f.lambda},
-                    {"regime", f.regime},     {"H", f.H},         {"K", f.K},
-                    {"V", f.V},               {"dataset", f.dataset}, {"metric", f.metric},
-                    {"c", json_number(f.c)},  {"p", json_number(f.p)},
-                    {"residual_log10", json_number(f.residual_log10)}, {"points", f.points},
-                    {"T_min", f.T_min},       {"T_max", f.T_max}, {"unstable", f.unstable}});
+    fits.push_back({{"variant", f.variant},
+                    {"arm", f.arm},
+                    {"lambda", f.lambda},
+                    {"regime", f.regime},
+                    {"H", f.H},
+                    {"K", f.K},
+                    {"V", f.V},
+                    {"dataset", f.dataset},
+                    {"metric", f.metric},
+                    {"c", json_number(f.c)},
+                    {"p", json_number(f.p)},
+                    {"residual_log10", json_number(f.residual_log10)},
+                    {"points", f.points},
+                    {"T_min", f.T_min},
+                    {"T_max", f.T_max},
+                    {"unstable", f.unstable}});
   j["fits"] = fits;
   j["summary"] = {{"cells", cert.cells.size()},
                   {"certified", certified},
@@ -272,7 +299,8 @@ Certificate certificate_from_json(const nlohmann::json& j, const std::string& wh
                                  j.contains("schema") ? j["schema"].dump() : std::string("none")));
   Certificate cert;
   const auto& s = member(j, "subject", where);
-  cert.subject = make_subject(str(s, "impl", where + ".subject"), str(s, "dtype", where + ".subject"));
+  cert.subject =
+      make_subject(str(s, "impl", where + ".subject"), str(s, "dtype", where + ".subject"));
   cert.subject.precision = str(s, "precision", where + ".subject");
   cert.subject.operands = str(s, "operands", where + ".subject");
   cert.subject.chunk = integer(s, "chunk", where + ".subject");

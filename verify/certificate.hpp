@@ -47,10 +47,10 @@ inline constexpr double kCertifySafetyFactor = 4.0;
 
 // What a certificate certifies: one implementation consuming inputs of one dtype.
 struct Subject {
-  std::string impl;               // reference-recurrent | reference-chunked | cuda-recurrent | cuda-chunked
-  std::string dtype = "fp32";     // inputs (and cotangents) rounded to fp32 | bf16
+  std::string impl;  // reference-recurrent | reference-chunked | cuda-recurrent | cuda-chunked
+  std::string dtype = "fp32";       // inputs (and cotangents) rounded to fp32 | bf16
   std::string precision = "float";  // CPU references: arithmetic precision
-  std::string operands = "none";  // reference-chunked: matmul operand storage (fp32 | bf16)
+  std::string operands = "none";    // reference-chunked: matmul operand storage (fp32 | bf16)
   int64_t chunk = 64;
   std::string name() const;        // "reference-chunked+bf16"
   std::string case_dtype() const;  // float32 | bfloat16
@@ -66,13 +66,13 @@ struct CellSpec {
   std::string regime = "std";
   int64_t B = 1, T = 64, H = 2, K = 64, V = 64;
   std::vector<uint64_t> seeds;
-  bool unstable = false;  // a configuration with exponentially growing state: reported only
+  bool unstable = false;       // a configuration with exponentially growing state: reported only
   std::string family() const;  // "qed.full(l=1)", "gdn2"
   std::string key() const;     // family/regime/T=../H=../K=../V=.. (unique within a subject)
 };
 
 struct DatasetStats {
-  std::string name;  // "o", "ht", "dq", ... (no group)
+  std::string name;                                         // "o", "ht", "dq", ... (no group)
   std::vector<double> rel_frobenius, max_abs, ref_max_abs;  // one per seed
   double max_rel_frobenius = 0, rms_rel_frobenius = 0;
   double max_max_abs = 0, rms_max_abs = 0;
@@ -95,9 +95,9 @@ struct CellResult {
   std::string note;
   double seconds = 0;
   uint64_t oracle_seed = 0;
-  double oracle_min_digits = 0;    // NaN: the oracle was not checked (gate re-measurements)
+  double oracle_min_digits = 0;  // NaN: the oracle was not checked (gate re-measurements)
   std::vector<OracleStats> oracle;
-  std::vector<double> state_norm;                             // ||ht||_F of the oracle per seed
+  std::vector<double> state_norm;  // ||ht||_F of the oracle per seed
   std::vector<DatasetStats> datasets;
   const DatasetStats* find(const std::string& name) const;
 };

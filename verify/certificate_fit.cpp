@@ -45,7 +45,8 @@ void finalize_cell(CellResult& cell, double F, double floor, double u_dtype) {
     d.max_eps_units = d.max_rel_frobenius / u_dtype;
     d.rms_eps_units = d.rms_rel_frobenius / u_dtype;
     d.bound_rel_frobenius = d.bound_max_abs = std::nan("");
-    if (!d.finite) reasons += fmt::format("{}{}: non-finite error", reasons.empty() ? "" : "; ", d.name);
+    if (!d.finite)
+      reasons += fmt::format("{}{}: non-finite error", reasons.empty() ? "" : "; ", d.name);
     for (const auto& o : cell.oracle) {
       if (o.name != d.name || !d.finite) continue;
       // The measured error is off the true one by at most the oracle's own error, in the same
@@ -53,10 +54,11 @@ void finalize_cell(CellResult& cell, double F, double floor, double u_dtype) {
       const double ref = max_of(d.ref_max_abs);
       if (!(o.rel_frobenius <= 0.1 * std::max(d.max_rel_frobenius, floor)) ||
           !(o.max_abs <= 0.1 * std::max(d.max_max_abs, floor * ref)))
-        reasons += fmt::format("{}{}: oracle error rel_F {:.1e}, max abs {:.1e} ({:.1f} digits) "
-                               "not below a tenth of the measured {:.1e}, {:.1e}",
-                               reasons.empty() ? "" : "; ", d.name, o.rel_frobenius, o.max_abs,
-                               o.digits, d.max_rel_frobenius, d.max_max_abs);
+        reasons += fmt::format(
+            "{}{}: oracle error rel_F {:.1e}, max abs {:.1e} ({:.1f} digits) "
+            "not below a tenth of the measured {:.1e}, {:.1e}",
+            reasons.empty() ? "" : "; ", d.name, o.rel_frobenius, o.max_abs, o.digits,
+            d.max_rel_frobenius, d.max_max_abs);
     }
   }
   if (cell.spec.unstable) {
@@ -184,10 +186,11 @@ nlohmann::json tolerance_of(const Certificate& cert) {
   nlohmann::json datasets = nlohmann::json::object();
   for (const auto& name : order) {
     const Worst& w = worst[name];
-    datasets[name] = {{"rtol_frobenius", w.rtol},
-                      {"atol_max", w.atol},
-                      {"note", fmt::format("max over {} certified cells; rtol from {}, atol from {}",
-                                           w.cells, w.rtol_cell, w.atol_cell)}};
+    datasets[name] = {
+        {"rtol_frobenius", w.rtol},
+        {"atol_max", w.atol},
+        {"note", fmt::format("max over {} certified cells; rtol from {}, atol from {}", w.cells,
+                             w.rtol_cell, w.atol_cell)}};
   }
   return {{"schema", "qedcheck.tolerance/1"},
           {"description",

@@ -47,8 +47,8 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    throw qed::Error(fmt::format("{}: cannot create temporary file {} ({})", path, tmp,
-                                 std::strerror(errno)));
+    throw qed::Error(
+        fmt::format("{}: cannot create temporary file {} ({})", path, tmp, std::strerror(errno)));
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -91,13 +91,14 @@ void journal_append(const std::string& path, const Subject& subject, const CellR
   bool exists = false;
   std::string text = read_all(path, exists);
   if (!text.empty() && text.back() != '\n') text += '\n';
-  nlohmann::json line = {{"schema", kJournalSchema}, {"subject", subject.name()},
-                         {"cell", cell_to_json(cell)}};
+  nlohmann::json line = {
+      {"schema", kJournalSchema}, {"subject", subject.name()}, {"cell", cell_to_json(cell)}};
   text += line.dump() + '\n';
   write_file_atomic(path, text);
 }
 
-std::vector<CellResult> journal_read(const std::string& path, const Subject& subject, int* skipped) {
+std::vector<CellResult> journal_read(const std::string& path, const Subject& subject,
+                                     int* skipped) {
   bool exists = false;
   const std::string text = read_all(path, exists);
   std::vector<CellResult> cells;

@@ -50,8 +50,9 @@ ModePlan mode_plan(const std::string& mode) {
     p.Ts = {64, 128, 256};
     p.dims = {64};
   } else if (mode == "full") {
-    p.families = {"gdn2", "qed.full@1", "qed.nogate@1", "qed.nogate_noproj@1", "qed.rand@1",
-                  "qed.full@0.5", "kda", "gdn", "deltanet"};
+    p.families = {"gdn2",       "qed.full@1",   "qed.nogate@1", "qed.nogate_noproj@1",
+                  "qed.rand@1", "qed.full@0.5", "kda",          "gdn",
+                  "deltanet"};
     p.unstable = {{"qed.full@2", "a1b1"}, {"qed.nogate_noproj@2", "a1b1"}, {"qed.full@2", "hard"}};
     p.Ts = {64, 256, 1024, 4096, 16384};
     p.dims = {64, 128};
@@ -152,7 +153,8 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
   for (int64_t T : Ts)
     for (int64_t D : dims) {
       for (const auto& fn : fam_names)
-        for (const auto& r : regimes) cells.push_back(cell_of(parse_family(fn), r, T, D, opt.heads, opt.seeds, opt.first_seed));
+        for (const auto& r : regimes)
+          cells.push_back(cell_of(parse_family(fn), r, T, D, opt.heads, opt.seeds, opt.first_seed));
       if (opt.unstable)
         for (const auto& [fn, r] : mp.unstable) {
           Family f = parse_family(fn);
@@ -177,7 +179,8 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
     if (std::filesystem::exists(paths[i])) {
       c = read_certificate(paths[i]);
       if (c.subject.name() != subjects[i].name())
-        throw qed::Error(paths[i] + ": certifies " + c.subject.name() + ", not " + subjects[i].name());
+        throw qed::Error(paths[i] + ": certifies " + c.subject.name() + ", not " +
+                         subjects[i].name());
       if (c.mode != run_mode) c.mode = "mixed";
     } else {
       c.subject = subjects[i];
@@ -189,10 +192,14 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
     for (auto& jc : journal_read(journal_path(paths[i]), subjects[i], &bad)) {
       auto it = std::find_if(c.cells.begin(), c.cells.end(),
                              [&](const CellResult& x) { return x.spec.key() == jc.spec.key(); });
-      if (it != c.cells.end()) *it = jc; else c.cells.push_back(jc);
+      if (it != c.cells.end())
+        *it = jc;
+      else
+        c.cells.push_back(jc);
     }
     if (bad && log)
-      fmt::print(log, "certify: {}: {} unreadable journal line(s) ignored\n", journal_path(paths[i]), bad);
+      fmt::print(log, "certify: {}: {} unreadable journal line(s) ignored\n",
+                 journal_path(paths[i]), bad);
   }
 
   // Problems: one cell and dtype, shared by every subject consuming that dtype.
@@ -221,8 +228,10 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
   double total_work = 0, done_work = 0;
   for (const auto& p : problems) total_work += p.work;
   if (log && opt.progress)
-    fmt::print(log, "certify: {} subject(s), {} cells planned, {} problem(s) to measure ({} mode, "
-                    "{} seed(s))\n", subjects.size(), cells.size(), problems.size(), run_mode, opt.seeds);
+    fmt::print(log,
+               "certify: {} subject(s), {} cells planned, {} problem(s) to measure ({} mode, "
+               "{} seed(s))\n",
+               subjects.size(), cells.size(), problems.size(), run_mode, opt.seeds);
 
   const Machine machine = this_machine();
   const std::string commit = git_commit_or_unknown();
@@ -262,15 +271,19 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
       journal_append(journal_path(paths[i]), subjects[i], r);
       auto it = std::find_if(certs[i].cells.begin(), certs[i].cells.end(),
                              [&](const CellResult& x) { return x.spec.key() == r.spec.key(); });
-      if (it != certs[i].cells.end()) *it = r; else certs[i].cells.push_back(r);
+      if (it != certs[i].cells.end())
+        *it = r;
+      else
+        certs[i].cells.push_back(r);
       save(i);
     }
     ++sum.problems_measured;
     done_work += p.work;
     if (log && opt.progress) {
       const double el = since(tm);
-      fmt::print(log, "certify   done in {:.1f} s; {} elapsed, about {} left\n", results.empty() ? 0.0 : results[0].seconds,
-                 duration_text(el), duration_text(el / done_work * (total_work - done_work)));
+      fmt::print(log, "certify   done in {:.1f} s; {} elapsed, about {} left\n",
+                 results.empty() ? 0.0 : results[0].seconds, duration_text(el),
+                 duration_text(el / done_work * (total_work - done_work)));
     }
   }
   for (size_t i = 0; i < subjects.size(); ++i) {

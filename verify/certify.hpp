@@ -23,19 +23,19 @@ struct Family {
 Family parse_family(const std::string& text);  // throws qed::Error naming the rule
 
 struct CertifyOptions {
-  std::vector<std::string> impls;    // empty: every implementation of this build
-  std::vector<std::string> dtypes;   // empty: each implementation's default dtypes
-  std::string mode = "quick";        // quick | full
+  std::vector<std::string> impls;   // empty: every implementation of this build
+  std::vector<std::string> dtypes;  // empty: each implementation's default dtypes
+  std::string mode = "quick";       // quick | full
   std::string out_dir = "reports/certificates";
   int seeds = 3;
-  uint64_t first_seed = 0;           // seeds first_seed .. first_seed + seeds - 1
-  std::vector<int64_t> Ts;           // overrides the mode's lengths
-  std::vector<int64_t> head_dims;    // overrides the mode's K = V
-  std::vector<std::string> families; // overrides the mode's stable families
-  std::vector<std::string> regimes;  // overrides the mode's regimes
-  bool unstable = true;              // add the mode's unstable configurations
-  int64_t heads = 2;                 // H: the reference runs one thread per head
-  int max_new_cells = -1;            // stop after measuring this many problem cells (< 0: all)
+  uint64_t first_seed = 0;            // seeds first_seed .. first_seed + seeds - 1
+  std::vector<int64_t> Ts;            // overrides the mode's lengths
+  std::vector<int64_t> head_dims;     // overrides the mode's K = V
+  std::vector<std::string> families;  // overrides the mode's stable families
+  std::vector<std::string> regimes;   // overrides the mode's regimes
+  bool unstable = true;               // add the mode's unstable configurations
+  int64_t heads = 2;                  // H: the reference runs one thread per head
+  int max_new_cells = -1;             // stop after measuring this many problem cells (< 0: all)
   int threads = 0;
   bool progress = true;
 };
@@ -44,7 +44,7 @@ struct CertifySummary {
   std::vector<std::string> certificates;  // paths written
   std::vector<std::string> skipped;       // "cuda-chunked+bf16: no CUDA device" ...
   int problems_total = 0, problems_measured = 0;
-  int cells_resumed = 0;  // subject cells already measured (journal or certificate): skipped
+  int cells_resumed = 0;     // subject cells already measured (journal or certificate): skipped
   bool interrupted = false;  // stopped by max_new_cells
   double seconds = 0;
 };

@@ -99,7 +99,8 @@ double unit_named_in(const std::string& text) {
   std::string word;
   double found = 0;
   auto flush = [&] {
-    if (!found && !word.empty()) found = unit_ms(word) == 1e3 ? 0 : unit_ms(word);  // a lone "s" is no unit
+    if (!found && !word.empty())
+      found = unit_ms(word) == 1e3 ? 0 : unit_ms(word);  // a lone "s" is no unit
     word.clear();
   };
   for (char ch : text) {
@@ -115,7 +116,8 @@ double unit_named_in(const std::string& text) {
 
 // Columns holding our times: "ours ...", or a header naming a time unit; never ratios or floors.
 bool is_time_column(const std::string& h) {
-  if (mentions(h, {" vs", "vs ", "ratio", "speedup", "floor", "/", "peer", "fla", "target", "note"}))
+  if (mentions(h,
+               {" vs", "vs ", "ratio", "speedup", "floor", "/", "peer", "fla", "target", "note"}))
     return false;
   return mentions(h, {"ours"}) || unit_named_in(h) > 0;
 }
@@ -141,7 +143,8 @@ BenchTable parse_bench_markdown(const std::string& text, const std::string& wher
       heading = trim(l.substr(l.find_first_not_of('#')));
       if (t.machine.empty()) t.machine = heading;  // the title usually names the device and run
     }
-    if (l.empty() || l[0] != '|' || i + 1 >= lines.size() || !is_separator(cells_of(lines[i + 1]))) {
+    if (l.empty() || l[0] != '|' || i + 1 >= lines.size() ||
+        !is_separator(cells_of(lines[i + 1]))) {
       prose += l + "\n";
       continue;
     }
@@ -152,8 +155,10 @@ BenchTable parse_bench_markdown(const std::string& text, const std::string& wher
     std::vector<size_t> time_cols;
     int peer_col = -1;
     for (size_t c = 1; c < header.size(); ++c) {
-      if (is_time_column(header[c])) time_cols.push_back(c);
-      else if (is_peer_column(header[c]) && peer_col < 0) peer_col = static_cast<int>(c);
+      if (is_time_column(header[c]))
+        time_cols.push_back(c);
+      else if (is_peer_column(header[c]) && peer_col < 0)
+        peer_col = static_cast<int>(c);
     }
     size_t r = i + 2;
     for (; r < lines.size() && !trim(lines[r]).empty() && trim(lines[r])[0] == '|'; ++r) {
@@ -168,7 +173,8 @@ BenchTable parse_bench_markdown(const std::string& text, const std::string& wher
         if (peer_col >= 0 && static_cast<int>(cells.size()) > peer_col) {
           const double peer_hdr = unit_named_in(header[static_cast<size_t>(peer_col)]);
           e.peer = header[static_cast<size_t>(peer_col)];
-          e.peer_ms = time_in(cells[static_cast<size_t>(peer_col)], peer_hdr > 0 ? peer_hdr : context_ms);
+          e.peer_ms =
+              time_in(cells[static_cast<size_t>(peer_col)], peer_hdr > 0 ? peer_hdr : context_ms);
         }
         ++seen[e.name];
         rows.emplace_back(e, heading);
@@ -181,10 +187,11 @@ BenchTable parse_bench_markdown(const std::string& text, const std::string& wher
     t.rows.push_back(e);
   }
   if (t.rows.empty())
-    throw qed::Error(where + ": no benchmark rows (rule: a pipe table whose first column names the "
-                             "benchmark, with an 'ours' column or a column whose header names a time "
-                             "unit, and times with a unit (3.5 ms, 4.3 us) or a unit in the header or "
-                             "in the text above the table)");
+    throw qed::Error(where +
+                     ": no benchmark rows (rule: a pipe table whose first column names the "
+                     "benchmark, with an 'ours' column or a column whose header names a time "
+                     "unit, and times with a unit (3.5 ms, 4.3 us) or a unit in the header or "
+                     "in the text above the table)");
   return t;
 }
 
@@ -198,7 +205,8 @@ BenchTable parse_bench_json(const std::string& text, const std::string& where) {
   if (!j.is_object() || j.value("schema", "") != kBenchSchema)
     throw qed::Error(where + ": schema must be \"" + std::string(kBenchSchema) + "\"");
   if (!j.contains("rows") || !j["rows"].is_array())
-    throw qed::Error(where + ": needs an array \"rows\" (schema " + std::string(kBenchSchema) + ")");
+    throw qed::Error(where + ": needs an array \"rows\" (schema " + std::string(kBenchSchema) +
+                     ")");
   BenchTable t;
   t.path = where;
   t.machine = j.value("machine", "");
@@ -233,7 +241,8 @@ BenchTable read_bench_table(const std::string& path) {
   return md ? parse_bench_markdown(ss.str(), path) : parse_bench_json(ss.str(), path);
 }
 
-std::vector<BenchDiff> compare_bench(const BenchTable& base, const BenchTable& fresh, double margin) {
+std::vector<BenchDiff> compare_bench(const BenchTable& base, const BenchTable& fresh,
+                                     double margin) {
   std::vector<BenchDiff> out;
   for (const auto& b : base.rows) {
     BenchDiff d;

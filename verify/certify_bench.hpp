@@ -11,11 +11,12 @@
 // Markdown (what the CUDA benchmarks write to reports/bench/*.md): every pipe table in the file;
 // the row name is the first column; our times are in columns whose header says "ours" or names a
 // time unit, never one saying peer, fla, vs, ratio, speedup, floor, target, note or "/"; the peer
-// time is the first column saying peer or fla. Rows without a time are skipped; a name seen twice is prefixed with the nearest heading above its table. Several "ours ..."
-// columns give one row each, named "<first column> / <header>". Times carry their unit in the
-// cell ("3.58 ms", "4.31 us (0.49 TB/s)"), in the header ("ours (ms)"), or in the text between
-// the previous table and this one ("Times in ms"); a table with none of these is not timed (an
-// accuracy table) and is skipped. The first heading stands for the machine.
+// time is the first column saying peer or fla. Rows without a time are skipped; a name seen twice
+// is prefixed with the nearest heading above its table. Several "ours ..." columns give one row
+// each, named "<first column> / <header>". Times carry their unit in the cell ("3.58 ms", "4.31 us
+// (0.49 TB/s)"), in the header ("ours (ms)"), or in the text between the previous table and this
+// one ("Times in ms"); a table with none of these is not timed (an accuracy table) and is skipped.
+// The first heading stands for the machine.
 #pragma once
 
 #include <limits>

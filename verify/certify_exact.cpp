@@ -38,18 +38,23 @@ Tiny tiny_case(reference::Variant v, reference::Arm a, uint64_t seed) {
   return t;
 }
 
-std::vector<std::pair<std::string, std::vector<mpfr_float>>> evaluate(const Tiny& t, bool chunked, int bits) {
+std::vector<std::pair<std::string, std::vector<mpfr_float>>> evaluate(const Tiny& t, bool chunked,
+                                                                      int bits) {
   reference::set_mpfr_bits(bits);
   const auto in = reference::convert_inputs<mpfr_float>(t.in);
   const auto cot = reference::convert_cotangents<mpfr_float>(t.cot);
   reference::ChunkOptions co;
   co.chunk = 4;
   std::vector<std::pair<std::string, std::vector<mpfr_float>>> out;
-  const auto fwd = chunked ? reference::chunked_forward(in, co, static_cast<std::vector<mpfr_float>*>(nullptr), 1) : reference::recurrent_forward(in, 1);
+  const auto fwd = chunked ? reference::chunked_forward(
+                                 in, co, static_cast<std::vector<mpfr_float>*>(nullptr), 1)
+                           : reference::recurrent_forward(in, 1);
   out.emplace_back("o", fwd.o);
   out.emplace_back("ht", fwd.ht);
-  const auto gr = chunked ? reference::chunked_backward(in, cot, co, 1) : reference::recurrent_backward(in, cot, 1);
-  for (const auto& name : grad_names(in.variant, in.arm)) out.emplace_back(name, grad_field(gr, name));
+  const auto gr = chunked ? reference::chunked_backward(in, cot, co, 1)
+                          : reference::recurrent_backward(in, cot, 1);
+  for (const auto& name : grad_names(in.variant, in.arm))
+    out.emplace_back(name, grad_field(gr, name));
   return out;
 }
 
@@ -96,11 +101,13 @@ ExactCheck exact_chunked_vs_recurrent(int bits_chunked, int bits_recurrent, uint
   return r;
 }
 
-ExactCheck exact_lambda0_is_gdn2(const RunOptions& qed_run, const RunOptions& gdn2_run, uint64_t seed) {
+ExactCheck exact_lambda0_is_gdn2(const RunOptions& qed_run, const RunOptions& gdn2_run,
+                                 uint64_t seed) {
   ExactCheck r;
   auto label = [](const RunOptions& o) {
     if (o.impl.rfind("cuda-", 0) == 0) return o.impl + " " + o.dtype;
-    return o.impl + " " + o.precision.name() + (o.impl == "reference-chunked" ? " operands=" + o.operands : "");
+    return o.impl + " " + o.precision.name() +
+           (o.impl == "reference-chunked" ? " operands=" + o.operands : "");
   };
   r.name = "qed(lambda=0) == gdn2 value for value, " + label(qed_run) +
            (label(qed_run) == label(gdn2_run) ? "" : " vs " + label(gdn2_run));
@@ -148,9 +155,10 @@ ExactCheck exact_lambda0_is_gdn2(const RunOptions& qed_run, const RunOptions& gd
   }
   r.measured = worst;
   r.pass = differing == 0 && compared > 0;
-  r.detail = differing == 0 ? fmt::format("{} values equal (seed {})", compared, seed)
-                            : fmt::format("{} of {} values differ, largest |diff| {:.3e} at {} (seed {})",
-                                          differing, compared, worst, where, seed);
+  r.detail = differing == 0
+                 ? fmt::format("{} values equal (seed {})", compared, seed)
+                 : fmt::format("{} of {} values differ, largest |diff| {:.3e} at {} (seed {})",
+                               differing, compared, worst, where, seed);
   return r;
 }
 

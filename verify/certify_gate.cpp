@@ -44,8 +44,9 @@ GateResult run_gate(const GateOptions& o, std::FILE* log) {
   const auto t0 = std::chrono::steady_clock::now();
   GateResult res;
   if (o.certificates.empty() && !o.exact && o.bench_table.empty())
-    throw qed::Error("gate: nothing to check (give --certificate, keep the exactness checks, or "
-                     "give --bench-table)");
+    throw qed::Error(
+        "gate: nothing to check (give --certificate, keep the exactness checks, or "
+        "give --bench-table)");
   std::vector<RunOptions> candidates;
   for (const auto& path : o.certificates) {
     const Certificate cert = read_certificate(path);
@@ -59,7 +60,8 @@ GateResult run_gate(const GateOptions& o, std::FILE* log) {
       tiny.K = tiny.V = 4;
       (void)run_implementation(certify_case(tiny, 0, cert.subject.case_dtype()), run);
     } catch (const qed::Error& e) {
-      res.notes.push_back(fmt::format("{}: {} cannot run here ({}): {}", path, run_text(run), e.what(),
+      res.notes.push_back(fmt::format("{}: {} cannot run here ({}): {}", path, run_text(run),
+                                      e.what(),
                                       o.require_all ? "FAIL (--require-all)" : "skipped"));
       res.pass = res.pass && !o.require_all;
       continue;
@@ -82,7 +84,8 @@ GateResult run_gate(const GateOptions& o, std::FILE* log) {
       if (log) fmt::print(log, "gate: {} {}\n", cert.subject.name(), cell.spec.key());
       std::vector<CellResult> m;
       try {
-        m = measure_cell(cell.spec, cert.subject.case_dtype(), {run}, /*oracle_digits=*/false, o.threads);
+        m = measure_cell(cell.spec, cert.subject.case_dtype(), {run}, /*oracle_digits=*/false,
+                         o.threads);
       } catch (const qed::Error& e) {
         throw qed::Error(fmt::format("{}: cell {}: {}", path, cell.spec.key(), e.what()));
       }
@@ -101,8 +104,7 @@ GateResult run_gate(const GateOptions& o, std::FILE* log) {
             const bool rel = metric == std::string("rel_frobenius");
             row.bound = rel ? cd.bound_rel_frobenius : cd.bound_max_abs;
             row.recorded = rel ? cd.rel_frobenius[s] : cd.max_abs[s];
-            row.measured = !md ? std::nan("")
-                               : rel ? md->rel_frobenius.at(s) : md->max_abs.at(s);
+            row.measured = !md ? std::nan("") : rel ? md->rel_frobenius.at(s) : md->max_abs.at(s);
             // NaN (not produced, or NaN error) fails: only a number within the bound passes.
             row.pass = row.measured <= row.bound;
             res.pass = res.pass && row.pass;
@@ -143,17 +145,21 @@ GateResult run_gate(const GateOptions& o, std::FILE* log) {
   if (!o.bench_table.empty()) {
     std::string baseline = o.bench_baseline;
     if (baseline.empty())
-      baseline = (std::filesystem::path("reports/bench") /
-                  std::filesystem::path(o.bench_table).filename()).string();
+      baseline =
+          (std::filesystem::path("reports/bench") / std::filesystem::path(o.bench_table).filename())
+              .string();
     if (std::filesystem::exists(o.bench_table) && std::filesystem::exists(baseline) &&
         std::filesystem::equivalent(o.bench_table, baseline))
-      throw qed::Error("--bench-table " + o.bench_table +
-                       " is the committed baseline itself; give the fresh table and --bench-baseline");
+      throw qed::Error(
+          "--bench-table " + o.bench_table +
+          " is the committed baseline itself; give the fresh table and --bench-baseline");
     const BenchTable fresh = read_bench_table(o.bench_table);
     const BenchTable base = read_bench_table(baseline);
     res.bench = compare_bench(base, fresh, o.bench_margin);
-    res.notes.push_back(fmt::format("benchmarks: {} against committed {} (fail when slower by more "
-                                    "than {:.0f}%)", o.bench_table, baseline, 100 * o.bench_margin));
+    res.notes.push_back(
+        fmt::format("benchmarks: {} against committed {} (fail when slower by more "
+                    "than {:.0f}%)",
+                    o.bench_table, baseline, 100 * o.bench_margin));
     for (const auto& b : res.bench) res.pass = res.pass && b.pass;
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -186,7 +192,8 @@ void print_gate(std::FILE* out, const GateResult& r) {
                  pass ? "ok" : "FAIL");
       i = j;
     }
-    const auto failing = std::count_if(r.rows.begin(), r.rows.end(), [](const GateRow& x) { return !x.pass; });
+    const auto failing =
+        std::count_if(r.rows.begin(), r.rows.end(), [](const GateRow& x) { return !x.pass; });
     if (failing) {
       // The worst failing check of each cell and dataset (seeds and metrics folded).
       std::vector<const GateRow*> worst;
@@ -201,13 +208,15 @@ void print_gate(std::FILE* out, const GateResult& r) {
           *it = &x;
         }
       }
-      fmt::print(out, "\n{} check(s) above their certified bound; the worst per cell and dataset:\n", failing);
-      fmt::print(out, "{:<44} {:>7} {:>4} {:>8} {:>11} {:>11} {:>11} {:>8}\n", "cell", "dataset", "seed",
-                 "metric", "certified", "recorded", "measured", "x bound");
+      fmt::print(out,
+                 "\n{} check(s) above their certified bound; the worst per cell and dataset:\n",
+                 failing);
+      fmt::print(out, "{:<44} {:>7} {:>4} {:>8} {:>11} {:>11} {:>11} {:>8}\n", "cell", "dataset",
+                 "seed", "metric", "certified", "recorded", "measured", "x bound");
       for (const GateRow* x : worst)
-        fmt::print(out, "{:<44} {:>7} {:>4} {:>8} {:>11} {:>11} {:>11} {:>8.2f}\n", x->cell, x->dataset,
-                   x->seed, x->metric == "rel_frobenius" ? "rel_F" : "max_abs", sci(x->bound),
-                   sci(x->recorded), sci(x->measured), x->measured / x->bound);
+        fmt::print(out, "{:<44} {:>7} {:>4} {:>8} {:>11} {:>11} {:>11} {:>8.2f}\n", x->cell,
+                   x->dataset, x->seed, x->metric == "rel_frobenius" ? "rel_F" : "max_abs",
+                   sci(x->bound), sci(x->recorded), sci(x->measured), x->measured / x->bound);
     }
   }
   if (!r.exact.empty()) {
@@ -216,7 +225,8 @@ void print_gate(std::FILE* out, const GateResult& r) {
       fmt::print(out, "  {:<4} {}: {}\n", e.pass ? "ok" : "FAIL", e.name, e.detail);
   }
   if (!r.bench.empty()) {
-    fmt::print(out, "\n{:<60} {:>11} {:>11} {:>7}  {}\n", "benchmark", "committed", "fresh", "ratio", "verdict");
+    fmt::print(out, "\n{:<60} {:>11} {:>11} {:>7}  {}\n", "benchmark", "committed", "fresh",
+               "ratio", "verdict");
     for (const auto& b : r.bench)
       fmt::print(out, "{:<60} {:>11} {:>11} {:>7}  {}\n", b.name,
                  std::isnan(b.baseline_ms) ? "-" : fmt::format("{:.4g} ms", b.baseline_ms),
@@ -224,8 +234,9 @@ void print_gate(std::FILE* out, const GateResult& r) {
                  std::isnan(b.ratio) ? "-" : fmt::format("{:.3f}", b.ratio),
                  b.status == "slower" ? "FAIL (slower)" : b.status);
   }
-  fmt::print(out, "\ngate: {} ({} cells, {} seed runs re-measured, {} exactness checks, {} benchmarks; "
-                  "{:.1f} s)\n",
+  fmt::print(out,
+             "\ngate: {} ({} cells, {} seed runs re-measured, {} exactness checks, {} benchmarks; "
+             "{:.1f} s)\n",
              r.pass ? "PASS" : "FAIL", r.cells, r.runs, r.exact.size(), r.bench.size(), r.seconds);
 }
 

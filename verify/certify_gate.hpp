@@ -15,16 +15,17 @@ namespace qed::verify {
 
 struct GateOptions {
   std::vector<std::string> certificates;
-  int64_t max_T = 0;  // re-measure certified cells with T <= max_T (0: each certificate's smallest T)
+  int64_t max_T =
+      0;  // re-measure certified cells with T <= max_T (0: each certificate's smallest T)
   bool all_cells = false;
   // The candidate, when it is not the certificate's own subject (a new kernel against an old
   // certificate, or a deliberately degraded one in the gate's own tests).
   std::optional<std::string> impl, operands, precision, dtype;
   std::optional<int64_t> chunk;
-  bool exact = true;                  // run the exactness properties
-  bool require_all = false;           // an implementation that cannot run here fails the gate
-  std::string bench_table;            // fresh table (JSON or Markdown); empty: no benchmark gate
-  std::string bench_baseline;         // committed table; default reports/bench/<same name>
+  bool exact = true;           // run the exactness properties
+  bool require_all = false;    // an implementation that cannot run here fails the gate
+  std::string bench_table;     // fresh table (JSON or Markdown); empty: no benchmark gate
+  std::string bench_baseline;  // committed table; default reports/bench/<same name>
   double bench_margin = kBenchMargin;
   int threads = 0;
 };

@@ -104,7 +104,8 @@ Family parse_family(const std::string& text) {
     reference::Arm a;
     f.arm = dot == std::string::npos ? "full" : rest.substr(dot + 1);
     if (!reference::parse_arm(f.arm, a))
-      throw qed::Error("family '" + text + "': qed arm must be full, nogate, nogate_noproj or rand");
+      throw qed::Error("family '" + text +
+                       "': qed arm must be full, nogate, nogate_noproj or rand");
     f.lambda = 1.0;
     if (!lambda_text.empty()) {
       char* end = nullptr;
