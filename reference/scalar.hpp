@@ -68,6 +68,9 @@ inline void set_mpfr_bits(int bits) {
 // Calls f.template operator()<S>() with the scalar type of p (after setting the mpfr precision).
 template <class F>
 decltype(auto) with_scalar(const Precision& p, F&& f) {
+  // Results are converted to mpfr_float at the current default precision: keep it at least wide
+  // enough to hold a float128 exactly, whatever an earlier evaluation left.
+  if (p.kind != ScalarKind::mpfr) set_mpfr_bits(128);
   switch (p.kind) {
     case ScalarKind::f32: return f.template operator()<float>();
     case ScalarKind::f64: return f.template operator()<double>();
