@@ -118,7 +118,7 @@ const RegisterVerb reg(40, [](CLI::App& app, Action& action) {
                     ->capture_default_str();
   sub->add_option("--precision", o->precision, "CPU references and mutants: float | double | float128 | mpfr:BITS")
       ->capture_default_str();
-  sub->add_option("--chunk", o->chunk, "chunk size of chunked implementations (default: drawn per configuration)")
+  sub->add_option("--chunk", o->chunk, "chunk size of chunked implementations (default: drawn per configuration, at most 64)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   sub->add_option("--operands", o->operands, "reference-chunked: none | fp32 | bf16 | fp16")
       ->capture_default_str()

@@ -86,7 +86,7 @@ CampaignResult run_campaign(const CampaignOptions& opt) {
     if (j.outcome == Outcome::pass) ++res.passed;
     if (j.outcome == Outcome::skip) {
       ++res.skipped;
-      ++res.skip_reasons[j.note.substr(0, j.note.find(" in "))];
+      ++res.skip_reasons[j.note.substr(0, j.note.find(':'))];
     }
     if (log && opt.verbose)
       fmt::print(log, "  config {:>5} {:<4} {:>8.3f} s score {:9.3g}  {}{}\n", i, to_string(j.outcome), since(tc), j.score,

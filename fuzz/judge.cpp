@@ -107,7 +107,7 @@ Judgement judge_case(const fixtures::Case& c, const ImplSpec& spec, const JudgeO
   const fixtures::Case ref = oracle(problem, oracle_precision(spec), opt.threads);
   for (const auto& n : names)
     if (!all_finite(*find(ref, n)))
-      return skip(fmt::format("oracle ({}) overflows in {}", oracle_precision(spec).name(), n));
+      return skip(fmt::format("oracle ({}) overflows: {}", oracle_precision(spec).name(), n));
 
   const double u = verify::unit_roundoff(c.dtype);
   Judgement j;
@@ -132,8 +132,8 @@ Judgement judge_case(const fixtures::Case& c, const ImplSpec& spec, const JudgeO
     cand_finite = cand_finite && d.metrics.finite;
   }
   if (!cand_finite && range > 0 && ref_max > std::sqrt(range))
-    return skip(fmt::format("overflow with exact values up to {:.3g}, beyond the square root of the {} range",
-                            ref_max, oracle_precision(spec).kind == reference::ScalarKind::f64 ? "float" : "double"));
+    return skip(fmt::format("overflow where the exact values pass the square root of the {} range: up to {:.3g}",
+                            oracle_precision(spec).kind == reference::ScalarKind::f64 ? "float" : "double", ref_max));
   if (need_twins) {
     const verify::TwinPlan plan = verify::twin_plan(c.dtype);
     std::vector<verify::TwinError> err(j.datasets.size());
@@ -149,11 +149,11 @@ Judgement judge_case(const fixtures::Case& c, const ImplSpec& spec, const JudgeO
       for (size_t i = 0; i < j.datasets.size(); ++i) {
         const Metrics& m = j.datasets[i].metrics;
         const fixtures::Dataset* td = find(twin, m.name);
-        if (!td) return skip("twin " + plan.labels[r] + " did not produce " + m.name);
+        if (!td) return skip("twin " + plan.labels[r] + " did not produce a result: " + m.name);
         const Metrics tm = verify::compare_dataset(m.name, m.axes, *td, *find(ref, m.name), u);
         if (!tm.finite)
-          return skip(fmt::format("twin {} overflows in {} (beyond the range of {})", plan.labels[r],
-                                  m.name, c.dtype));
+          return skip(fmt::format("twin {} overflows (beyond the range of {}): {}", plan.labels[r], c.dtype,
+                                  m.name));
         if (tm.rel_frobenius >= err[i].rel_frobenius || err[i].worst_twin.empty()) {
           err[i].rel_frobenius = tm.rel_frobenius;
           err[i].worst_twin = plan.labels[r];

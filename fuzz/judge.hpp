@@ -28,7 +28,7 @@ struct Judgement {
   Outcome outcome = Outcome::pass;
   double score = 0;        // worst dataset's score
   std::string worst;       // its name ("outputs/o", ...)
-  std::string note;        // why skipped, or what failed (one line)
+  std::string note;        // why skipped ("reason: detail"), or what failed (one line)
   std::vector<DatasetScore> datasets;
 };
 
