@@ -19,44 +19,10 @@ ChunkedHostRun run_chunked(const reference::Inputs<double>& in0, DType dt, bool 
   const auto& in = res.inputs;
   const auto& d = in.dims;
   const int64_t N = in.num_sequences();
-  const reference::Layout lay = reference::layout_of(in.variant, in.arm);
 
-  Problem p;
-  p.variant = in.variant;
-  p.arm = in.arm;
-  p.B = d.B;
-  p.T = d.T;
-  p.H = d.H;
-  p.K = d.K;
-  p.V = d.V;
-  p.scale = static_cast<float>(in.scale);
-  DeviceBuffer cu;
-  if (!in.cu_seqlens.empty()) {
-    cu = DeviceBuffer(in.cu_seqlens.size() * sizeof(int64_t));
-    cu.upload(in.cu_seqlens.data(), in.cu_seqlens.size() * sizeof(int64_t));
-    p.cu_seqlens = cu.as<int64_t>();
-    p.cu_seqlens_host = in.cu_seqlens.data();
-    p.num_seqs = N;
-  }
-  DeviceBuffer q = to_device(in.q, dt), k = to_device(in.k, dt), v = to_device(in.v, dt);
-  DeviceBuffer g = to_device(in.g, dt), b = to_device(in.b, dt), w = to_device(in.w, dt);
-  DeviceBuffer beta = to_device(in.beta, dt);
-  DeviceBuffer lam = to_device_f32(in.lambda), r = to_device_f32(in.r);
-  DeviceBuffer h0 = to_device_f32(in.h0);
-  Inputs ki;
-  ki.q = seq_tensor(q.get(), dt, d.T, d.H, d.K);
-  ki.k = seq_tensor(k.get(), dt, d.T, d.H, d.K);
-  ki.v = seq_tensor(v.get(), dt, d.T, d.H, d.V);
-  if (lay.channel_g) ki.g = seq_tensor(g.get(), dt, d.T, d.H, d.K);
-  if (lay.scalar_g) ki.g = seq_tensor(g.get(), dt, d.T, d.H, 1);
-  if (lay.has_bw) {
-    ki.b = seq_tensor(b.get(), dt, d.T, d.H, d.K);
-    ki.w = seq_tensor(w.get(), dt, d.T, d.H, d.V);
-  }
-  if (lay.has_beta) ki.beta = seq_tensor(beta.get(), dt, d.T, d.H, 1);
-  if (lay.has_lambda) ki.lambda = lam.as<float>();
-  if (lay.has_r) ki.r = r.as<float>();
-  if (!in.h0.empty()) ki.h0 = state_tensor(h0.as<float>(), d.H, d.K, d.V);
+  DeviceProblem dev = upload_problem(in, dt);
+  Problem& p = dev.problem;
+  Inputs& ki = dev.inputs;
 
   int64_t chunks = 0;
   for (const auto& sp : in.spans()) chunks += (sp.len + 63) / 64;

@@ -145,6 +145,53 @@ std::vector<double> from_device(const DeviceBuffer& b, size_t count, DType d) {
   return out;
 }
 
+DeviceProblem upload_problem(const reference::Inputs<double>& in, DType dt) {
+  const auto& d = in.dims;
+  const reference::Layout lay = reference::layout_of(in.variant, in.arm);
+  DeviceProblem dp;
+  Problem& p = dp.problem;
+  p.variant = in.variant;
+  p.arm = in.arm;
+  p.B = d.B;
+  p.T = d.T;
+  p.H = d.H;
+  p.K = d.K;
+  p.V = d.V;
+  p.scale = static_cast<float>(in.scale);
+  if (!in.cu_seqlens.empty()) {
+    dp.cu = DeviceBuffer(in.cu_seqlens.size() * sizeof(int64_t));
+    dp.cu.upload(in.cu_seqlens.data(), in.cu_seqlens.size() * sizeof(int64_t));
+    p.cu_seqlens = dp.cu.as<int64_t>();
+    p.cu_seqlens_host = in.cu_seqlens.data();
+    p.num_seqs = in.num_sequences();
+  }
+  dp.q = to_device(in.q, dt);
+  dp.k = to_device(in.k, dt);
+  dp.v = to_device(in.v, dt);
+  dp.g = to_device(in.g, dt);
+  dp.b = to_device(in.b, dt);
+  dp.w = to_device(in.w, dt);
+  dp.beta = to_device(in.beta, dt);
+  dp.lambda = to_device_f32(in.lambda);
+  dp.r = to_device_f32(in.r);
+  dp.h0 = to_device_f32(in.h0);
+  Inputs& ki = dp.inputs;
+  ki.q = seq_tensor(dp.q.get(), dt, d.T, d.H, d.K);
+  ki.k = seq_tensor(dp.k.get(), dt, d.T, d.H, d.K);
+  ki.v = seq_tensor(dp.v.get(), dt, d.T, d.H, d.V);
+  if (lay.channel_g) ki.g = seq_tensor(dp.g.get(), dt, d.T, d.H, d.K);
+  if (lay.scalar_g) ki.g = seq_tensor(dp.g.get(), dt, d.T, d.H, 1);
+  if (lay.has_bw) {
+    ki.b = seq_tensor(dp.b.get(), dt, d.T, d.H, d.K);
+    ki.w = seq_tensor(dp.w.get(), dt, d.T, d.H, d.V);
+  }
+  if (lay.has_beta) ki.beta = seq_tensor(dp.beta.get(), dt, d.T, d.H, 1);
+  if (lay.has_lambda) ki.lambda = dp.lambda.as<float>();
+  if (lay.has_r) ki.r = dp.r.as<float>();
+  if (!in.h0.empty()) ki.h0 = state_tensor(dp.h0.as<float>(), d.H, d.K, d.V);
+  return dp;
+}
+
 HostRun run_recurrent(const reference::Inputs<double>& in0,
                       const reference::Cotangents<double>* cot, DType dt) {
   throw_if_error(device_status());
@@ -155,43 +202,9 @@ HostRun run_recurrent(const reference::Inputs<double>& in0,
   const int64_t N = in.num_sequences();
   const reference::Layout lay = reference::layout_of(in.variant, in.arm);
 
-  Problem p;
-  p.variant = in.variant;
-  p.arm = in.arm;
-  p.B = d.B;
-  p.T = d.T;
-  p.H = d.H;
-  p.K = d.K;
-  p.V = d.V;
-  p.scale = static_cast<float>(in.scale);
-  DeviceBuffer cu;
-  if (!in.cu_seqlens.empty()) {
-    cu = DeviceBuffer(in.cu_seqlens.size() * sizeof(int64_t));
-    cu.upload(in.cu_seqlens.data(), in.cu_seqlens.size() * sizeof(int64_t));
-    p.cu_seqlens = cu.as<int64_t>();
-    p.cu_seqlens_host = in.cu_seqlens.data();
-    p.num_seqs = N;
-  }
-
-  DeviceBuffer q = to_device(in.q, dt), k = to_device(in.k, dt), v = to_device(in.v, dt);
-  DeviceBuffer g = to_device(in.g, dt), b = to_device(in.b, dt), w = to_device(in.w, dt);
-  DeviceBuffer beta = to_device(in.beta, dt);
-  DeviceBuffer lam = to_device_f32(in.lambda), r = to_device_f32(in.r);
-  DeviceBuffer h0 = to_device_f32(in.h0);
-  Inputs ki;
-  ki.q = seq_tensor(q.get(), dt, d.T, d.H, d.K);
-  ki.k = seq_tensor(k.get(), dt, d.T, d.H, d.K);
-  ki.v = seq_tensor(v.get(), dt, d.T, d.H, d.V);
-  if (lay.channel_g) ki.g = seq_tensor(g.get(), dt, d.T, d.H, d.K);
-  if (lay.scalar_g) ki.g = seq_tensor(g.get(), dt, d.T, d.H, 1);
-  if (lay.has_bw) {
-    ki.b = seq_tensor(b.get(), dt, d.T, d.H, d.K);
-    ki.w = seq_tensor(w.get(), dt, d.T, d.H, d.V);
-  }
-  if (lay.has_beta) ki.beta = seq_tensor(beta.get(), dt, d.T, d.H, 1);
-  if (lay.has_lambda) ki.lambda = lam.as<float>();
-  if (lay.has_r) ki.r = r.as<float>();
-  if (!in.h0.empty()) ki.h0 = state_tensor(h0.as<float>(), d.H, d.K, d.V);
+  DeviceProblem dev = upload_problem(in, dt);
+  Problem& p = dev.problem;
+  Inputs& ki = dev.inputs;
 
   const size_t nO = static_cast<size_t>(d.B * d.T * d.H * d.V);
   const size_t nS = static_cast<size_t>(N * d.H * d.K * d.V);

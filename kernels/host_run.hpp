@@ -66,6 +66,16 @@ DeviceBuffer to_device(const std::vector<double>& x, DType d);
 DeviceBuffer to_device_f32(const std::vector<double>& x);
 std::vector<double> from_device(const DeviceBuffer& b, size_t count, DType d);
 
+// A problem's inputs uploaded in a dtype: the owning buffers, the Problem (shape, variant, arm,
+// scale, cu_seqlens) and the Inputs descriptors pointing into the buffers. `in` must outlive it
+// (Problem::cu_seqlens_host points into in.cu_seqlens).
+struct DeviceProblem {
+  Problem problem;
+  Inputs inputs;
+  DeviceBuffer cu, q, k, v, g, b, w, beta, lambda, r, h0;
+};
+DeviceProblem upload_problem(const reference::Inputs<double>& in, DType dt);
+
 // Throws qed::Error with the status message when !s.ok().
 void throw_if_error(const Status& s);
 
