@@ -1,5 +1,7 @@
 // A fuzz campaign: draw configurations (fuzz/config.hpp) for one implementation, judge each
-// (fuzz/judge.hpp), shrink every failure while it still fails clearly, save the minimal case in
+// (fuzz/judge.hpp; unstable configurations are skipped for bf16/fp16 implementations, whose
+// roundings they amplify beyond any twin bound), shrink every failure while it still fails
+// clearly, save the minimal case in
 // the corpus and print the command that replays it; report the coverage of the property space
 // at the end. Deterministic for a seed: configuration i is the same on every run, and a run
 // stopped by time has judged configurations 0..n-1.

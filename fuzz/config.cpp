@@ -198,6 +198,11 @@ Config draw_config(uint64_t seed, int64_t index, const ImplSpec& spec, const Dra
     keys += "+q=+-k";
   }
   cls["keys"] = keys;
+  // Exponentially unstable: raw keys (|k|^2 > 2 puts the erase eigenvalue outside [-1, 1]),
+  // lambda > 1, or nogate_noproj (its eigenvalue reaches 1 + lambda), MATH.md §8.2-8.3.
+  const bool unstable = !g.unit_keys || lam > 1 ||
+                        (g.variant == Variant::qed && g.arm == Arm::nogate_noproj && lam > 0);
+  cls["stability"] = unstable ? "unstable" : "bounded";
 
   if (cot) {
     const bool dht = r.uniform() < 0.5;
