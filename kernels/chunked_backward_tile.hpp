@@ -1,0 +1,706 @@
+// The mathematics of the chunked backward (MATH.md §6, §5.2) as host/device functions, shared by
+// the CUDA kernels (kernels/chunked_backward.cu) and the CPU test that runs them on g++
+// (properties/test_chunked_backward_tiles.cpp). Every "block" function below is the whole body
+// of one CUDA block: the kernel only passes its block coordinates, its shared memory and an
+// executor (BlockExec: threads stride over an index range, sync = __syncthreads); the CPU test
+// passes the same arguments with host pointers and SerialExec, which runs each index range in
+// a chosen order (a result that depends on the order would be a data race on the GPU).
+//
+// Pipeline (one lane = one sequence and head; chunks of C = 64 never straddle sequences):
+//  0. chunked_forward (kernels/chunked_api.hpp) stores the chunk-start states S_[n].
+//  A. prep_block, per (chunk, head): cumulative decay G, erase vectors a, T and M by pairwise
+//     exponents exp(G_r - G_j) <= 1 (§4.6: no overflow for any g <= 0), L = (I+T)^-1 by forward
+//     substitution, Ã, Q̃, K̂, W_a = L Ã, W_z = L Z, γ_C into a workspace blob.
+//  B. state_block, per (sequence, head, tile of value columns): the reverse sweep of §6.1 over
+//     the chunks, carrying the adjoint Ŝ; writes Z̄ and per-tile partial sums (M̄, T̄, Q̃̄, K̂̄,
+//     Ã̄ and rowsum(Ŝ'⊙S_[n])), and dh0.
+//  C. chunk_block, per (chunk, head): sums the tile partials in tile order, §6.2 through the
+//     decay factors, and the §6.3 decay gradient in a cancellation-free arrangement (below),
+//     into per-token fp32 arrays.
+//  D. token_item, per (token, head): the §5.2 erase-vector VJP, z = w⊙v, the variant mapping.
+//  E. head_reduce_block: dlambda and dr summed over tokens in a fixed order.
+// Arithmetic is fp32 with explicit fmaf; there are no atomics, so results are bitwise
+// reproducible. Mutant switches (BwdArgs::mutant) drop one term each, for the tests.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define QED_HD __host__ __device__
+#else
+#define QED_HD
+#endif
+
+namespace qed::kernels::chunked_bwd {
+
+constexpr int kC = 64;   // chunk size
+constexpr int kVT = 64;  // value columns per state_block tile
+
+enum : int { kGdn2 = 0, kQed = 1, kKda = 2, kGdn = 3, kDeltanet = 4 };
+enum : int { kArmNone = 0, kArmFull = 1, kArmNogate = 2, kArmNoproj = 3, kArmRand = 4 };
+// Deliberately wrong kernels for the tests: each drops one term of the backward.
+enum : int {
+  kMutantNone = 0,
+  kMutantNoKhatGrad = 1,   // k̄ without the K̂̄ term (§6.2, third line)
+  kMutantNoDecayRho = 2,   // ḡ without rowsum(Ŝ'⊙S_[n+1]) on the chunk's last row (§6.3)
+  kMutantNoProjGrad = 3,   // k̄ without the projector term of §5.2 (QED projected arms)
+};
+
+// ---- tensors ----
+
+struct SeqIn {  // [B,T,H,D], D contiguous; dt 0 fp32, 1 bf16
+  const void* p = nullptr;
+  int64_t sb = 0, st = 0, sh = 0;
+  int dt = 0;
+};
+struct SeqOut {
+  void* p = nullptr;
+  int64_t sb = 0, st = 0, sh = 0;
+  int dt = 0;
+};
+
+QED_HD inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+QED_HD inline uint16_t float_to_bf16(float f) {  // round to nearest even, NaN kept
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+QED_HD inline float ld(const SeqIn& x, int64_t brow, int64_t t, int64_t h, int64_t c) {
+  const int64_t i = brow * x.sb + t * x.st + h * x.sh + c;
+  if (x.dt == 0) return static_cast<const float*>(x.p)[i];
+  return bf16_to_float(static_cast<const uint16_t*>(x.p)[i]);
+}
+QED_HD inline void st(const SeqOut& x, int64_t brow, int64_t t, int64_t h, int64_t c, float v) {
+  const int64_t i = brow * x.sb + t * x.st + h * x.sh + c;
+  if (x.dt == 0)
+    static_cast<float*>(x.p)[i] = v;
+  else
+    static_cast<uint16_t*>(x.p)[i] = float_to_bf16(v);
+}
+
+// ---- arguments of every block ----
+
+struct BwdArgs {
+  int variant = 0, arm = 0;
+  int64_t B = 0, T = 0, H = 0, K = 0, V = 0, N = 0;
+  float scale = 1.f;
+  const int64_t* cu = nullptr;          // [N+1] or null
+  const int64_t* chunk_base = nullptr;  // [N+1] when cu is given
+  int64_t chunks_per_seq = 0;           // without cu
+  int64_t chunk_bound = 0;              // chunk slots per head (blob and partial sets)
+  SeqIn q, k, v, g, b, w, beta, dout;
+  const float* lambda = nullptr;  // [H]
+  const float* r = nullptr;       // [H,K]
+  const float* dht = nullptr;     // optional
+  int64_t dht_sn = 0, dht_sh = 0, dht_sk = 0;
+  const float* cs = nullptr;  // chunk-start states [chunk_bound, H, K, V] (the forward's output)
+  float* dh0 = nullptr;
+  int64_t dh0_sn = 0, dh0_sh = 0, dh0_sk = 0;
+  SeqOut dq, dk, dv, dg, db, dw, dbeta;
+  float* blob = nullptr;  // per (chunk, head): blob_floats(K, V)
+  float* part = nullptr;  // per (chunk, head, tile): part_floats(K)
+  int n_vt = 1;           // value tiles of kVT columns
+  float* tok_k = nullptr;  // 4 arrays [B*T*H*K]: ā, q̄, k̄ (chunk level, §6.2), ḡ
+  float* tok_v = nullptr;  // [B*T*H*V]: Z̄
+  float* dlam_tok = nullptr;  // [B*T*H]
+  float* dr_tok = nullptr;    // [B*T*H*K]
+  int mutant = kMutantNone;
+};
+
+// Workspace blob of one (chunk, head), floats: L, M [C][C]; Ã, Q̃, K̂, W_a [C][K]; W_z [C][V]; γ_C [K].
+struct Blob {
+  float *L, *M, *At, *Qt, *Kh, *Wa, *Wz, *gl;
+};
+QED_HD inline int64_t blob_floats(int64_t K, int64_t V) { return 2 * kC * kC + 4 * kC * K + kC * V + K; }
+QED_HD inline Blob blob_at(const BwdArgs& A, int64_t gc, int64_t h) {
+  float* p = A.blob + (gc * A.H + h) * blob_floats(A.K, A.V);
+  const int64_t CK = kC * A.K;
+  Blob b;
+  b.L = p;
+  b.M = p + kC * kC;
+  b.At = b.M + kC * kC;
+  b.Qt = b.At + CK;
+  b.Kh = b.Qt + CK;
+  b.Wa = b.Kh + CK;
+  b.Wz = b.Wa + CK;
+  b.gl = b.Wz + kC * A.V;
+  return b;
+}
+// Partial sums of one (chunk, head, value tile): M̄, T̄ [C][C]; Q̃̄, K̂̄, Ã̄ [C][K]; ρ [K].
+struct Part {
+  float *Mb, *Tb, *Qtb, *Khb, *Atb, *rho;
+};
+QED_HD inline int64_t part_floats(int64_t K) { return 2 * kC * kC + 3 * kC * K + K; }
+QED_HD inline Part part_at(const BwdArgs& A, int64_t gc, int64_t h, int64_t vt) {
+  float* p = A.part + ((gc * A.H + h) * A.n_vt + vt) * part_floats(A.K);
+  const int64_t CK = kC * A.K;
+  Part q;
+  q.Mb = p;
+  q.Tb = p + kC * kC;
+  q.Qtb = q.Tb + kC * kC;
+  q.Khb = q.Qtb + CK;
+  q.Atb = q.Khb + CK;
+  q.rho = q.Atb + CK;
+  return q;
+}
+QED_HD inline int64_t part_stride(const BwdArgs& A) { return part_floats(A.K); }
+
+// Shared memory (floats) of each block kind.
+QED_HD inline int64_t prep_smem_floats(int64_t K) { return 4 * kC * K + 2 * kC * kC + kC; }
+QED_HD inline int64_t chunk_smem_floats(int64_t K) { return 4 * kC * K + 2 * kC * kC + kC + K; }
+QED_HD inline int64_t state_smem_floats(int64_t K) { return 3 * K * kVT + 4 * kC * kVT; }
+constexpr int kReduceGroups = 256;
+QED_HD inline int64_t reduce_smem_floats() { return kReduceGroups; }
+
+// ---- sequences and chunks ----
+
+struct Span {
+  int64_t brow, bos, len;
+};
+QED_HD inline Span seq_span(const BwdArgs& A, int64_t n) {
+  if (!A.cu) return {n, 0, A.T};
+  int64_t s = A.cu[n], e = A.cu[n + 1];
+  s = s < 0 ? 0 : (s > A.T ? A.T : s);
+  e = e < s ? s : (e > A.T ? A.T : e);
+  return {0, s, e - s};
+}
+QED_HD inline int64_t first_chunk(const BwdArgs& A, int64_t n) {
+  return A.cu ? A.chunk_base[n] : n * A.chunks_per_seq;
+}
+// The sequence and local index of global chunk gc; false when gc is no chunk.
+QED_HD inline bool locate_chunk(const BwdArgs& A, int64_t gc, int64_t& seq, int64_t& loc) {
+  if (!A.cu) {
+    if (A.chunks_per_seq <= 0) return false;
+    seq = gc / A.chunks_per_seq;
+    loc = gc % A.chunks_per_seq;
+    return seq < A.N;
+  }
+  if (gc >= A.chunk_base[A.N] || gc >= A.chunk_bound) return false;
+  int64_t lo = 0, hi = A.N;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (A.chunk_base[mid] <= gc) lo = mid; else hi = mid;
+  }
+  seq = lo;
+  loc = gc - A.chunk_base[lo];
+  return true;
+}
+
+// ---- executors ----
+
+// CPU: every index of a range, in the order `mode` picks (0 ascending, 1 descending, 2 a fixed
+// stride permutation). sync() is a no-op: a range finishes before the next starts.
+struct SerialExec {
+  int mode = 0;
+  template <class F>
+  void for_each(int64_t n, F&& f) const {
+    if (mode == 1) {
+      for (int64_t i = n - 1; i >= 0; --i) f(i);
+    } else if (mode == 2) {
+      int64_t s = 7;
+      while (n > 1 && gcd(s, n) != 1) ++s;
+      for (int64_t i = 0, j = 0; i < n; ++i, j = (j + s) % n) f(j);
+    } else {
+      for (int64_t i = 0; i < n; ++i) f(i);
+    }
+  }
+  void sync() const {}
+  static int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
+};
+
+// ---- staging: one chunk's q, k, a, G in (shared) memory ----
+
+struct ChunkTiles {
+  float *q, *k, *a, *G;  // [C][K] each
+  float* coef;           // [C]: (k.m)/(k.k) for projected QED arms, else 0
+  int64_t brow, t0, h;
+  int n;                 // rows of the chunk (<= C)
+};
+
+QED_HD inline float m_value(const BwdArgs& A, const ChunkTiles& s, int r, int c, float bval) {
+  const int64_t K = A.K;
+  if (A.arm == kArmFull) return bval * s.q[r * K + c];
+  if (A.arm == kArmRand) return bval * A.r[s.h * K + c];
+  return s.q[r * K + c];
+}
+
+// Loads q, k, raw g and b (beta broadcast for kda, gdn, deltanet) and forms G (in-chunk cumulative
+// log-decay, fp32 sums of non-positive terms, so G is non-increasing and every G_r - G_j, j <= r,
+// is <= 0) and the erase vectors a (MATH.md §2) in place of b.
+template <class Ex>
+QED_HD void stage_chunk(const Ex& ex, const BwdArgs& A, ChunkTiles& s) {
+  const int64_t K = A.K;
+  const int n = s.n;
+  const bool chan_bw = A.variant == kGdn2 || A.variant == kQed;
+  const bool chan_g = chan_bw || A.variant == kKda;
+  ex.for_each(n * K, [&](int64_t i) {
+    const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
+    const int64_t t = s.t0 + r;
+    s.q[i] = ld(A.q, s.brow, t, s.h, c);
+    s.k[i] = ld(A.k, s.brow, t, s.h, c);
+    s.a[i] = chan_bw ? ld(A.b, s.brow, t, s.h, c) : ld(A.beta, s.brow, t, s.h, 0);
+    s.G[i] = A.variant == kDeltanet ? 0.f : ld(A.g, s.brow, t, s.h, chan_g ? c : 0);
+  });
+  ex.sync();
+  ex.for_each(K, [&](int64_t c) {
+    float acc = 0.f;
+    for (int r = 0; r < n; ++r) {
+      acc += s.G[r * K + c];
+      s.G[r * K + c] = acc;
+    }
+  });
+  const bool qed = A.variant == kQed;
+  const bool projected = qed && (A.arm == kArmFull || A.arm == kArmNogate || A.arm == kArmRand);
+  const float lam = qed ? A.lambda[s.h] : 0.f;
+  ex.for_each(n, [&](int64_t r) {
+    float nn = 0.f, km = 0.f;
+    if (projected)
+      for (int c = 0; c < K; ++c) {
+        const float kk = s.k[r * K + c];
+        nn = fmaf(kk, kk, nn);
+        km = fmaf(kk, m_value(A, s, static_cast<int>(r), c, s.a[r * K + c]), km);
+      }
+    s.coef[r] = (projected && nn > 0.f) ? km / nn : 0.f;
+  });
+  ex.sync();
+  ex.for_each(n * K, [&](int64_t i) {
+    const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
+    const float bb = s.a[i], kk = s.k[i];
+    float av = bb * kk;
+    if (qed) av = fmaf(lam, m_value(A, s, r, c, bb) - s.coef[r] * kk, av);
+    s.a[i] = av;
+  });
+  ex.sync();
+}
+
+// ---- A: state-independent chunk intermediates ----
+
+template <class Ex>
+QED_HD void prep_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, float* sm) {
+  int64_t seq = 0, loc = 0;
+  if (!locate_chunk(A, gc, seq, loc)) return;
+  const Span sp = seq_span(A, seq);
+  const int64_t rem = sp.len - loc * kC;
+  if (rem <= 0) return;
+  const int64_t K = A.K, V = A.V;
+  ChunkTiles s;
+  s.q = sm;
+  s.k = s.q + kC * K;
+  s.a = s.k + kC * K;
+  s.G = s.a + kC * K;
+  float* Tm = s.G + kC * K;  // [C][C]
+  float* Lm = Tm + kC * kC;  // [C][C]
+  s.coef = Lm + kC * kC;
+  s.brow = sp.brow;
+  s.t0 = sp.bos + loc * kC;
+  s.h = h;
+  s.n = rem < kC ? static_cast<int>(rem) : kC;
+  const int n = s.n;
+  stage_chunk(ex, A, s);
+  const Blob bl = blob_at(A, gc, h);
+  // T (strictly lower) and M (lower with the diagonal), pairwise exponents <= 0.
+  ex.for_each(n * n, [&](int64_t i) {
+    const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
+    float tv = 0.f, mv = 0.f;
+    if (j <= r)
+      for (int c = 0; c < K; ++c) {
+        const float kd = s.k[j * K + c] * expf(s.G[r * K + c] - s.G[j * K + c]);
+        tv = fmaf(s.a[r * K + c], kd, tv);
+        mv = fmaf(s.q[r * K + c], kd, mv);
+      }
+    Tm[r * kC + j] = j < r ? tv : 0.f;
+    bl.M[r * kC + j] = j <= r ? mv : 0.f;
+  });
+  ex.sync();
+  // L = (I + T)^-1, one column per index: forward substitution down the column.
+  ex.for_each(n, [&](int64_t col) {
+    for (int r = 0; r < n; ++r) {
+      float l;
+      if (r < col) {
+        l = 0.f;
+      } else if (r == col) {
+        l = 1.f;
+      } else {
+        float acc = 0.f;
+        for (int j = static_cast<int>(col); j < r; ++j) acc = fmaf(Tm[r * kC + j], Lm[j * kC + col], acc);
+        l = -acc;
+      }
+      Lm[r * kC + col] = l;
+      bl.L[r * kC + col] = l;
+    }
+  });
+  ex.sync();
+  // Ã = A⊙Γ, Q̃ = Q⊙Γ, K̂ = K⊙exp(G_n - G), γ_n; W_a = L Ã; W_z = L Z.
+  ex.for_each(n * K, [&](int64_t i) {
+    const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
+    const float gam = expf(s.G[i]);
+    bl.At[i] = s.a[i] * gam;
+    bl.Qt[i] = s.q[i] * gam;
+    bl.Kh[i] = s.k[i] * expf(s.G[(n - 1) * K + c] - s.G[i]);
+    float acc = 0.f;
+    for (int j = 0; j <= r; ++j) acc = fmaf(Lm[r * kC + j], s.a[j * K + c] * expf(s.G[j * K + c]), acc);
+    bl.Wa[i] = acc;
+  });
+  ex.for_each(K, [&](int64_t c) { bl.gl[c] = expf(s.G[(n - 1) * K + c]); });
+  const bool chan_bw = A.variant == kGdn2 || A.variant == kQed;
+  ex.for_each(n * V, [&](int64_t i) {
+    const int r = static_cast<int>(i / V), v = static_cast<int>(i % V);
+    float acc = 0.f;
+    for (int j = 0; j <= r; ++j) {
+      const int64_t t = s.t0 + j;
+      const float wv = chan_bw ? ld(A.w, s.brow, t, h, v) : ld(A.beta, s.brow, t, h, 0);
+      acc = fmaf(Lm[r * kC + j], wv * ld(A.v, s.brow, t, h, v), acc);
+    }
+    bl.Wz[i] = acc;
+  });
+}
+
+// ---- B: the reverse sweep over the chunks of one lane, one tile of value columns ----
+
+template <class Ex>
+QED_HD void state_block(const Ex& ex, const BwdArgs& A, int64_t seq, int64_t h, int vt, float* sm) {
+  const int64_t K = A.K, V = A.V;
+  const int64_t v0 = static_cast<int64_t>(vt) * kVT;
+  const int vw = static_cast<int>(V - v0 < kVT ? V - v0 : kVT);
+  if (vw <= 0) return;
+  float* S = sm;             // [K][kVT] chunk-start state S_[n]
+  float* Sh = S + K * kVT;   // adjoint Ŝ' of the chunk-end state
+  float* Shn = Sh + K * kVT; // adjoint Ŝ of the chunk-start state
+  float* O = Shn + K * kVT;  // [C][kVT] Ō
+  float* U = O + kC * kVT;   // U
+  float* Ub = U + kC * kVT;  // Ū
+  float* Y = Ub + kC * kVT;  // Ȳ = Z̄
+  const Span sp = seq_span(A, seq);
+  const int64_t c0 = first_chunk(A, seq);
+  int64_t nch = (sp.len + kC - 1) / kC;
+  if (c0 + nch > A.chunk_bound) nch = A.chunk_bound - c0 > 0 ? A.chunk_bound - c0 : 0;
+  const float s = A.scale;
+  ex.for_each(K * vw, [&](int64_t i) {
+    const int64_t c = i / vw, v = i % vw;
+    Sh[c * kVT + v] = A.dht ? A.dht[seq * A.dht_sn + h * A.dht_sh + c * A.dht_sk + v0 + v] : 0.f;
+  });
+  ex.sync();
+  for (int64_t ci = nch - 1; ci >= 0; --ci) {
+    const int64_t gc = c0 + ci;
+    const int64_t rem = sp.len - ci * kC;
+    const int n = rem < kC ? static_cast<int>(rem) : kC;
+    const int64_t t0 = sp.bos + ci * kC;
+    const Blob bl = blob_at(A, gc, h);
+    const Part pt = part_at(A, gc, h, vt);
+    const float* Sg = A.cs + (gc * A.H + h) * K * V;
+    ex.for_each(K * vw, [&](int64_t i) {
+      const int64_t c = i / vw, v = i % vw;
+      S[c * kVT + v] = Sg[c * V + v0 + v];
+    });
+    ex.for_each(n * vw, [&](int64_t i) {
+      const int64_t r = i / vw, v = i % vw;
+      O[r * kVT + v] = ld(A.dout, sp.brow, t0 + r, h, v0 + v);
+    });
+    ex.sync();
+    // U = W_z - W_a S (4.3); Ū = s Mᵀ Ō + K̂ Ŝ' (§6.1).
+    ex.for_each(n * vw, [&](int64_t i) {
+      const int r = static_cast<int>(i / vw), v = static_cast<int>(i % vw);
+      float acc = 0.f;
+      for (int c = 0; c < K; ++c) acc = fmaf(bl.Wa[r * K + c], S[c * kVT + v], acc);
+      U[r * kVT + v] = bl.Wz[r * V + v0 + v] - acc;
+      float mo = 0.f, ks = 0.f;
+      for (int r2 = r; r2 < n; ++r2) mo = fmaf(bl.M[r2 * kC + r], O[r2 * kVT + v], mo);
+      for (int c = 0; c < K; ++c) ks = fmaf(bl.Kh[r * K + c], Sh[c * kVT + v], ks);
+      Ub[r * kVT + v] = fmaf(s, mo, ks);
+    });
+    ex.sync();
+    // Ȳ = Lᵀ Ū (the chunk's Z̄); partials M̄ = s tril(Ō Uᵀ), Q̃̄ = s Ō Sᵀ, K̂̄ = U Ŝ'ᵀ and
+    // ρ_S = rowsum(Ŝ'⊙S_[n]) (see chunk_block for why S_[n] and not S_[n+1]).
+    ex.for_each(n * vw, [&](int64_t i) {
+      const int j = static_cast<int>(i / vw), v = static_cast<int>(i % vw);
+      float acc = 0.f;
+      for (int r = j; r < n; ++r) acc = fmaf(bl.L[r * kC + j], Ub[r * kVT + v], acc);
+      Y[j * kVT + v] = acc;
+      A.tok_v[(((sp.brow * A.T) + t0 + j) * A.H + h) * V + v0 + v] = acc;
+    });
+    ex.for_each(n * n, [&](int64_t i) {
+      const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
+      float acc = 0.f;
+      if (j <= r)
+        for (int v = 0; v < vw; ++v) acc = fmaf(O[r * kVT + v], U[j * kVT + v], acc);
+      pt.Mb[r * kC + j] = s * acc;
+    });
+    ex.for_each(n * K, [&](int64_t i) {
+      const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
+      float qa = 0.f, ka = 0.f;
+      for (int v = 0; v < vw; ++v) {
+        qa = fmaf(O[r * kVT + v], S[c * kVT + v], qa);
+        ka = fmaf(U[r * kVT + v], Sh[c * kVT + v], ka);
+      }
+      pt.Qtb[r * K + c] = s * qa;
+      pt.Khb[r * K + c] = ka;
+    });
+    ex.for_each(K, [&](int64_t c) {
+      float acc = 0.f;
+      for (int v = 0; v < vw; ++v) acc = fmaf(Sh[c * kVT + v], S[c * kVT + v], acc);
+      pt.rho[c] = acc;
+    });
+    ex.sync();
+    // Ŝ_[n] = s Q̃ᵀ Ō + Diag(γ_n) Ŝ' − Ãᵀ Ȳ; partials T̄ = −stril(Ȳ Uᵀ), Ã̄ = −Ȳ Sᵀ.
+    ex.for_each(K * vw, [&](int64_t i) {
+      const int c = static_cast<int>(i / vw), v = static_cast<int>(i % vw);
+      float qo = 0.f, ay = 0.f;
+      for (int r = 0; r < n; ++r) {
+        qo = fmaf(bl.Qt[r * K + c], O[r * kVT + v], qo);
+        ay = fmaf(bl.At[r * K + c], Y[r * kVT + v], ay);
+      }
+      Shn[c * kVT + v] = fmaf(s, qo, bl.gl[c] * Sh[c * kVT + v]) - ay;
+    });
+    ex.for_each(n * n, [&](int64_t i) {
+      const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
+      float acc = 0.f;
+      if (j < r)
+        for (int v = 0; v < vw; ++v) acc = fmaf(Y[r * kVT + v], U[j * kVT + v], acc);
+      pt.Tb[r * kC + j] = -acc;
+    });
+    ex.for_each(n * K, [&](int64_t i) {
+      const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
+      float acc = 0.f;
+      for (int v = 0; v < vw; ++v) acc = fmaf(Y[r * kVT + v], S[c * kVT + v], acc);
+      pt.Atb[r * K + c] = -acc;
+    });
+    ex.sync();
+    ex.for_each(K * vw, [&](int64_t i) {
+      const int64_t c = i / vw, v = i % vw;
+      Sh[c * kVT + v] = Shn[c * kVT + v];
+    });
+    ex.sync();
+  }
+  ex.for_each(K * vw, [&](int64_t i) {
+    const int64_t c = i / vw, v = i % vw;
+    A.dh0[seq * A.dh0_sn + h * A.dh0_sh + c * A.dh0_sk + v0 + v] = Sh[c * kVT + v];
+  });
+}
+
+// ---- C: through the decay factors (§6.2) and the decay gradient (§6.3) ----
+
+template <class Ex>
+QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, float* sm) {
+  int64_t seq = 0, loc = 0;
+  if (!locate_chunk(A, gc, seq, loc)) return;
+  const Span sp = seq_span(A, seq);
+  const int64_t rem = sp.len - loc * kC;
+  if (rem <= 0) return;
+  const int64_t K = A.K;
+  ChunkTiles s;
+  s.q = sm;
+  s.k = s.q + kC * K;
+  s.a = s.k + kC * K;
+  s.G = s.a + kC * K;
+  float* Tb = s.G + kC * K;  // [C][C]
+  float* Mb = Tb + kC * kC;  // [C][C]
+  s.coef = Mb + kC * kC;
+  float* rho = s.coef + kC;  // [K]
+  s.brow = sp.brow;
+  s.t0 = sp.bos + loc * kC;
+  s.h = h;
+  s.n = rem < kC ? static_cast<int>(rem) : kC;
+  const int n = s.n;
+  stage_chunk(ex, A, s);
+  const int nvt = A.n_vt;
+  const Part p0 = part_at(A, gc, h, 0);
+  const int64_t ps = part_stride(A);  // the tiles of one (chunk, head) are consecutive
+  ex.for_each(n * n, [&](int64_t i) {
+    const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
+    float t = 0.f, m = 0.f;
+    for (int vt = 0; vt < nvt; ++vt) {
+      t += p0.Tb[vt * ps + r * kC + j];
+      m += p0.Mb[vt * ps + r * kC + j];
+    }
+    Tb[r * kC + j] = t;
+    Mb[r * kC + j] = m;
+  });
+  ex.for_each(K, [&](int64_t c) {
+    float acc = 0.f;
+    for (int vt = 0; vt < nvt; ++vt) acc += p0.rho[vt * ps + c];
+    rho[c] = A.mutant == kMutantNoDecayRho ? 0.f : acc;
+  });
+  ex.sync();
+  const int64_t HK = A.H * K, BTHK = A.B * A.T * HK;
+  float* abar_t = A.tok_k;
+  float* qbar_t = A.tok_k + BTHK;
+  float* kbar_t = A.tok_k + 2 * BTHK;
+  float* gbar_t = A.tok_k + 3 * BTHK;
+  auto tok = [&](int r) { return ((s.brow * A.T) + s.t0 + r) * HK + h * K; };
+  auto khb = [&](int r, int64_t c) {  // K̂̄ summed over the value tiles, in tile order
+    float x = 0.f;
+    for (int vt = 0; vt < nvt; ++vt) x += p0.Khb[vt * ps + r * K + c];
+    return x;
+  };
+  // §6.2. Besides ā, q̄, k̄ (stored for the token VJPs), each element leaves its row term of the
+  // decay gradient, Ḡ'_r = a⊙ā + q⊙q̄° − k⊙k̄°, in gbar_t, where q̄°, k̄° omit the diagonal M̄_rr
+  // terms (their contributions q_r M̄_rr k_r and k_r M̄_rr q_r cancel exactly) and k̄° the K̂̄
+  // term (handled with ρ below). What remains are products with decays exp(G_r - G_j), j < r,
+  // and γ_r, so no O(1) terms cancel when the true ḡ is tiny (g = -20: ḡ ~ e^-20).
+  ex.for_each(n * K, [&](int64_t i) {
+    const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
+    const float Gr = s.G[r * K + c];
+    float ab = 0.f, qb = 0.f, kb = 0.f;
+    for (int j = 0; j < r; ++j) {  // row r: ā and q̄ from columns j < r
+      const float kd = s.k[j * K + c] * expf(Gr - s.G[j * K + c]);
+      ab = fmaf(Tb[r * kC + j], kd, ab);
+      qb = fmaf(Mb[r * kC + j], kd, qb);
+    }
+    for (int r2 = r + 1; r2 < n; ++r2) {  // column r: k̄ from rows r2 > r
+      const float x = fmaf(Tb[r2 * kC + r], s.a[r2 * K + c], Mb[r2 * kC + r] * s.q[r2 * K + c]);
+      kb = fmaf(x, expf(s.G[r2 * K + c] - Gr), kb);
+    }
+    float at = 0.f, qt = 0.f;
+    for (int vt = 0; vt < nvt; ++vt) {
+      at += p0.Atb[vt * ps + r * K + c];
+      qt += p0.Qtb[vt * ps + r * K + c];
+    }
+    const float gam = expf(Gr);
+    ab = fmaf(at, gam, ab);
+    qb = fmaf(qt, gam, qb);
+    const float o = s.a[r * K + c] * ab + s.q[r * K + c] * qb - s.k[r * K + c] * kb;
+    const float mrr = Mb[r * kC + r];
+    float kfull = fmaf(mrr, s.q[r * K + c], kb);
+    if (A.mutant != kMutantNoKhatGrad) kfull = fmaf(khb(r, c), expf(s.G[(n - 1) * K + c] - Gr), kfull);
+    abar_t[tok(r) + c] = ab;
+    qbar_t[tok(r) + c] = fmaf(mrr, s.k[r * K + c], qb);
+    kbar_t[tok(r) + c] = kfull;
+    gbar_t[tok(r) + c] = o;
+  });
+  ex.sync();
+  // §6.3: ḡ_i = ρ + Σ_{r>=i} Ḡ_r with ρ = rowsum(Ŝ'⊙S_[n+1]) and Ḡ_r ∋ −K̂_r⊙K̂̄_r. Since
+  // S_[n+1] = Diag(γ_n) S_[n] + K̂ᵀU and K̂̄ = U Ŝ'ᵀ, ρ = γ_n⊙rowsum(Ŝ'⊙S_[n]) + Σ_j K̂_j⊙K̂̄_j, so
+  //   ḡ_i = γ_n⊙ρ_S + Σ_{j<i} K̂_j⊙K̂̄_j + Σ_{r>=i} Ḡ'_r       (same value, no cancelling terms).
+  ex.for_each(K, [&](int64_t c) {
+    float acc = 0.f;
+    for (int r = n - 1; r >= 0; --r) {  // suffix sums of Ḡ'
+      const int64_t o = tok(r) + c;
+      acc += gbar_t[o];
+      gbar_t[o] = acc;
+    }
+    const float Gn = s.G[(n - 1) * K + c];
+    float pre = rho[c] * expf(Gn);
+    for (int r = 0; r < n; ++r) {
+      const int64_t o = tok(r) + c;
+      gbar_t[o] += pre;
+      pre = fmaf(s.k[r * K + c] * expf(Gn - s.G[r * K + c]), khb(r, c), pre);
+    }
+  });
+}
+
+// ---- D: token-level VJPs (§5.2, z = w⊙v) and the variant mapping ----
+
+// One (token, head) item, item = bt * H + h over all B*T tokens.
+QED_HD inline void token_item(const BwdArgs& A, int64_t item) {
+  const int64_t K = A.K, V = A.V, H = A.H;
+  const int64_t bt = item / H, h = item % H;
+  const int64_t brow = bt / A.T, t = bt % A.T;
+  const int64_t BTHK = A.B * A.T * H * K;
+  const float* abar = A.tok_k + item * K;
+  const float* qbar = A.tok_k + BTHK + item * K;
+  const float* kbar = A.tok_k + 2 * BTHK + item * K;
+  const float* gbar = A.tok_k + 3 * BTHK + item * K;
+  const float* zbar = A.tok_v + item * V;
+  const bool qed = A.variant == kQed;
+  const bool projected = qed && (A.arm == kArmFull || A.arm == kArmNogate || A.arm == kArmRand);
+  const bool chan_bw = A.variant == kGdn2 || qed;
+  const bool chan_g = chan_bw || A.variant == kKda;
+  const float lam = qed ? A.lambda[h] : 0.f;
+  const float beta = chan_bw ? 0.f : ld(A.beta, brow, t, h, 0);
+  auto bval = [&](int64_t c) { return chan_bw ? ld(A.b, brow, t, h, c) : beta; };
+  auto mval = [&](int64_t c) {
+    if (A.arm == kArmFull) return bval(c) * ld(A.q, brow, t, h, c);
+    if (A.arm == kArmRand) return bval(c) * A.r[h * K + c];
+    return ld(A.q, brow, t, h, c);
+  };
+  float nn = 0.f, km = 0.f, ee = 0.f;
+  if (qed)
+    for (int64_t c = 0; c < K; ++c) {
+      const float kk = ld(A.k, brow, t, h, c);
+      nn = fmaf(kk, kk, nn);
+      km = fmaf(kk, mval(c), km);
+      ee = fmaf(kk, abar[c], ee);
+    }
+  const bool proj = projected && nn > 0.f;
+  const float f = proj ? km / nn : 0.f;
+  float dl = 0.f, dbsum = 0.f, dgsum = 0.f;
+  for (int64_t c = 0; c < K; ++c) {
+    const float kk = ld(A.k, brow, t, h, c), bb = bval(c), ab = abar[c];
+    float dq = qbar[c];
+    float dk = fmaf(ab, bb, kbar[c]);
+    float db = ab * kk;
+    if (qed) {
+      const float m = mval(c);
+      dl = fmaf(ab, m - f * kk, dl);
+      float mbar = lam * ab;
+      if (proj) {
+        mbar = lam * (ab - kk * (ee / nn));
+        if (A.mutant != kMutantNoProjGrad)
+          dk -= lam * (f * ab + (ee / nn) * m - 2.f * f * (ee / nn) * kk);
+      }
+      if (A.arm == kArmFull) {
+        dq = fmaf(mbar, bb, dq);
+        db = fmaf(mbar, ld(A.q, brow, t, h, c), db);
+      } else if (A.arm == kArmRand) {
+        db = fmaf(mbar, A.r[h * K + c], db);
+        A.dr_tok[item * K + c] = mbar * bb;
+      } else {
+        dq += mbar;
+      }
+    }
+    st(A.dq, brow, t, h, c, dq);
+    st(A.dk, brow, t, h, c, dk);
+    if (chan_g) st(A.dg, brow, t, h, c, gbar[c]);
+    if (chan_bw) st(A.db, brow, t, h, c, db);
+    dbsum += db;
+    dgsum += gbar[c];
+  }
+  if (qed) A.dlam_tok[item] = dl;
+  if (A.variant == kGdn) st(A.dg, brow, t, h, 0, dgsum);
+  float svz = 0.f;
+  for (int64_t j = 0; j < V; ++j) {
+    const float zb = zbar[j], vv = ld(A.v, brow, t, h, j);
+    if (chan_bw) {
+      st(A.dv, brow, t, h, j, ld(A.w, brow, t, h, j) * zb);
+      st(A.dw, brow, t, h, j, vv * zb);
+    } else {
+      st(A.dv, brow, t, h, j, beta * zb);
+      svz = fmaf(vv, zb, svz);
+    }
+  }
+  if (!chan_bw) st(A.dbeta, brow, t, h, 0, dbsum + svz);
+}
+
+// ---- E: per-head sums over tokens, fixed order ----
+
+// out[h*D + c] = sum over bt of tok[(bt*H + h)*D + c]: kReduceGroups/D groups stride the tokens,
+// then one pass adds the groups in order. scratch: reduce_smem_floats().
+template <class Ex>
+QED_HD void head_reduce_block(const Ex& ex, const float* tok, int64_t BT, int64_t H, int D,
+                              int64_t h, float* out, float* scratch) {
+  const int G = kReduceGroups / D > 0 ? kReduceGroups / D : 1;
+  ex.for_each(static_cast<int64_t>(G) * D, [&](int64_t i) {
+    const int g = static_cast<int>(i / D), c = static_cast<int>(i % D);
+    float a = 0.f;
+    for (int64_t bt = g; bt < BT; bt += G) a += tok[(bt * H + h) * D + c];
+    scratch[i] = a;
+  });
+  ex.sync();
+  ex.for_each(D, [&](int64_t c) {
+    float a = 0.f;
+    for (int g = 0; g < G; ++g) a += scratch[g * D + c];
+    out[h * D + c] = a;
+  });
+}
+
+}  // namespace qed::kernels::chunked_bwd
