@@ -169,9 +169,10 @@ TEST(ChunkedBackwardTiles, SteepDecays) {
         // The float twin's dg uses the compact §6.3 identity as written, whose O(1) terms cancel
         // to the tiny true value (relF ~ 1e2 at g = -20); the kernel's arrangement does not, so
         // its dg is held to the float recurrence alone.
-        if (ck.name == "dg" && !uniform)
+        if (ck.name == "dg" && !uniform) {
           EXPECT_TRUE(ck.err <= 4 * ck.rec32 + 1e-6)
-            << name_of(g, false) << ": " << ck.name << " relF = " << ck.err << " > 4 rec32 + 1e-6";
+              << name_of(g, false) << ": " << ck.name << " relF = " << ck.err << " > 4 rec32 + 1e-6";
+        }
       }
       std::printf("[steep %s] %s |%s\n", uniform ? "uniform" : "-20", name_of(g, false).c_str(), line.c_str());
     }
