@@ -7,7 +7,10 @@ bf16 inputs, in one process:
   2. accuracy at K = V = 128, T = 4096 (regimes std, mixed, hard): relF of o and ht against
      float64 on the same bf16 inputs, ours vs peer;
   3. timings (CUDA events, warm-up, median): ours GDN-2 and QED (full, lambda = 1), each pass
-     alone, value-tile widths, the peer, and the memory floor from a measured copy bandwidth.
+     alone, value-tile widths, the peer, and the memory floor from a measured copy bandwidth;
+  4. backward (chunked_backward, first version: fp32 CUDA cores): gradients of every variant
+     against float64 autograd through the recurrence, and forward+backward timings side by side
+     with the peer's chunk_gdn2 forward+backward (autograd).
 Writes chunked_forward.md and .json into --out; prints the tables last.
 
 python3 bench/bench_chunked.py --lib-dir BUILD (or --lib BUILD/libchunked_capi.so) --out $OUT [--quick] [--skip-peer]
@@ -38,8 +41,13 @@ class Chunked:
                       ctypes.c_int]
         f.restype = ctypes.c_int
         self.f = f
+        fb = self.lib.qed_chunked_backward
+        fb.argtypes = f.argtypes
+        fb.restype = ctypes.c_int
+        self.fb = fb
         self.err = ctypes.create_string_buffer(2048)
         self.ws = torch.empty(0, dtype=torch.uint8, device=DEV)
+        self.wsb = torch.empty(0, dtype=torch.uint8, device=DEV)
 
     def prepare(self, x, o, ht=None, cs=None, cu=None, o_dtype=BF16):
         """Returns a zero-argument launcher for inputs dict x (q k v g b w beta lam r h0)."""
@@ -71,6 +79,65 @@ class Chunked:
             if rc != 0:
                 raise RuntimeError(f"chunked_forward: status {rc}: {err.value.decode()}")
         return run
+
+    def prepare_backward(self, x, do, grads, dht=None, cu=None, g_dtype=FP32):
+        """Zero-argument launcher of chunked_backward; grads: dict of output tensors."""
+        q, v = x["q"], x["v"]
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        dt = FP32 if q.dtype == torch.float32 else BF16
+        g = x.get("g")
+        gdt = FP32 if (g is not None and g.dtype == torch.float32) else dt
+        N = 0 if cu is None else cu.numel() - 1
+        shape = (ctypes.c_int64 * 11)(VARIANT[x["variant"]], ARM[x["arm"]], B, T, H, K, V, dt, gdt,
+                                      g_dtype, N)
+        ts = [x.get(n) for n in ("q", "k", "v", "g", "b", "w", "beta", "lam", "r", "h0")]
+        ts += [do, dht, cu, None]
+        ts += [grads.get(n) for n in ("dq", "dk", "dv", "dg", "db", "dw", "dbeta", "dlambda", "dr", "dh0")]
+        ptrs = (ctypes.c_void_p * 24)(*[None if t is None else t.data_ptr() for t in ts])
+        nb = ctypes.c_uint64(0)
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        rc = self.fb(shape, float(x["scale"]), ptrs, ctypes.byref(nb), 1, stream, self.err, 2048)
+        if rc != 0:
+            raise RuntimeError(f"backward workspace query: status {rc}: {self.err.value.decode()}")
+        if self.wsb.numel() < nb.value:
+            self.wsb = torch.empty(nb.value, dtype=torch.uint8, device=DEV)
+        ptrs[13] = self.wsb.data_ptr()
+        nb2 = ctypes.c_uint64(self.wsb.numel())
+        fb, err = self.fb, self.err
+
+        def run():
+            rc = fb(shape, float(x["scale"]), ptrs, ctypes.byref(nb2), 0, stream, err, 2048)
+            if rc != 0:
+                raise RuntimeError(f"chunked_backward: status {rc}: {err.value.decode()}")
+        return run
+
+    def grad_buffers(self, x, N, g_dtype=torch.float32):
+        q, v = x["q"], x["v"]
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        nan = lambda *s, dt=g_dtype: torch.full(s, float("nan"), dtype=dt, device=DEV)
+        gr = {"dq": nan(B, T, H, K), "dk": nan(B, T, H, K), "dv": nan(B, T, H, V),
+              "dh0": nan(N, H, K, V, dt=torch.float32)}
+        if x.get("g") is not None:
+            gr["dg"] = nan(*x["g"].shape)
+        if x.get("b") is not None:
+            gr["db"] = nan(B, T, H, K)
+            gr["dw"] = nan(B, T, H, V)
+        if x.get("beta") is not None:
+            gr["dbeta"] = nan(B, T, H)
+        if x.get("lam") is not None:
+            gr["dlambda"] = nan(H, dt=torch.float32)
+        if x.get("r") is not None:
+            gr["dr"] = nan(H, K, dt=torch.float32)
+        return gr
+
+    def backward(self, x, do, dht=None, cu=None):
+        N = x["q"].shape[0] if cu is None else cu.numel() - 1
+        gr = self.grad_buffers(x, N)
+        self.prepare_backward(x, do, gr, dht, cu)()
+        torch.cuda.synchronize()
+        return gr
 
     def forward(self, x, o_dtype=BF16, want_cs=False, cu=None):
         q, v = x["q"], x["v"]
@@ -442,6 +509,83 @@ def timings(lib, log, quick, have_peer, bw):
     return rows
 
 
+# ---------------------------------------------------------------- backward
+
+def backward_check(lib, log):
+    """Our gradients against float64 autograd through ref_recurrent, every variant (small T)."""
+    rows = []
+    cases = [("gdn2", "none"), ("qed", "full"), ("qed", "nogate"), ("qed", "nogate_noproj"),
+             ("qed", "rand"), ("kda", "none"), ("gdn", "none"), ("deltanet", "none")]
+    for i, (variant, arm) in enumerate(cases):
+        for dt in (torch.float32, torch.bfloat16):
+            x = make_inputs(1, 130, 2, 64, 64, variant, arm, "std", dt, lam=0.8, seed=200 + i, h0=True)
+            do = torch.randn(1, 130, 2, 64, device=DEV).to(dt)
+            dht = torch.randn(1, 2, 64, 64, device=DEV)
+            gr = lib.backward(x, do, dht)
+            names = [n for n in ("q", "k", "v", "g", "b", "w", "beta", "lam", "r", "h0") if x.get(n) is not None]
+            xd = dict(x)
+            leaves = {}
+            for n in names:
+                leaves[n] = x[n].detach().double().requires_grad_(True)
+                xd[n] = leaves[n]
+            o, ht = ref_recurrent(xd)
+            loss = (o * do.double()).sum() + (ht * dht.double()).sum()
+            ref = dict(zip(names, torch.autograd.grad(loss, [leaves[n] for n in names])))
+            errs = {}
+            for n in names:
+                key = "dlambda" if n == "lam" else "d" + n
+                if key in gr:
+                    errs[key] = relF(gr[key], ref[n])
+            rows.append({"variant": variant, "arm": arm, "dtype": str(dt)[6:], **errs})
+            log(f"[bwd check] {variant}/{arm} {str(dt)[6:]}: " + " ".join(f"{k} {v:.1e}" for k, v in errs.items()))
+    return rows
+
+
+def peer_fwd_bwd(x, do):
+    from fla.ops.gdn2 import chunk_gdn2
+    leaves = [x[n].detach().clone().requires_grad_(True) for n in ("q", "k", "v", "g", "b", "w")]
+    o, _ = chunk_gdn2(*leaves, scale=x["scale"], output_final_state=False)
+    torch.autograd.backward(o, do)
+    return leaves
+
+
+def timings_backward(lib, log, quick, have_peer):
+    shapes = [(8, 4096, 16, 128), (2, 16384, 16, 128)]
+    if quick:
+        shapes = [(2, 4096, 16, 128)]
+    rows = []
+    for (B, T, H, D) in shapes:
+        x = make_inputs(B, T, H, D, D, "gdn2", "none", "std", torch.bfloat16, seed=3)
+        do = torch.randn(B, T, H, D, device=DEV).to(torch.bfloat16)
+        o = torch.empty(B, T, H, D, dtype=torch.bfloat16, device=DEV)
+        ht = torch.empty(B, H, D, D, dtype=torch.float32, device=DEV)
+        gr = lib.grad_buffers(x, B, torch.bfloat16)
+        fwd = lib.prepare(x, o, ht)
+        bwd = lib.prepare_backward(x, do, gr, g_dtype=BF16)
+        row = {"shape": f"[{B},{T},{H},{D}]", "ws_gb": lib.wsb.numel() / 1e9}
+        row["ours_fwd_ms"] = time_ms(fwd)[0]
+        row["ours_bwd_ms"] = time_ms(bwd)[0]
+        row["ours_fwdbwd_ms"] = time_ms(lambda: (fwd(), bwd()))[0]
+        xq = dict(x)
+        xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
+        grq = lib.grad_buffers(xq, B, torch.bfloat16)
+        fq, bq = lib.prepare(xq, o, ht), lib.prepare_backward(xq, do, grq, g_dtype=BF16)
+        row["ours_qed_fwdbwd_ms"] = time_ms(lambda: (fq(), bq()))[0]
+        if have_peer:
+            row["peer_fwdbwd_ms"] = time_ms(lambda: peer_fwd_bwd(x, do))[0]
+            row["peer_over_ours"] = row["peer_fwdbwd_ms"] / row["ours_fwdbwd_ms"]
+            leaves = peer_fwd_bwd(x, do)
+            torch.cuda.synchronize()
+            row["grad_relF_vs_peer"] = {n: relF(gr["d" + n], l.grad) for n, l in
+                                        zip(("q", "k", "v", "g", "b", "w"), leaves)}
+        rows.append(row)
+        log("[timing fwd+bwd] " + json.dumps(row))
+        del x, xq, o, ht, gr, grq, do
+        lib.wsb = torch.empty(0, dtype=torch.uint8, device=DEV)
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", help="path of the ctypes library (libchunked_capi.so)")
@@ -449,7 +593,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-peer", action="store_true")
-    ap.add_argument("--only", default="diag,check,accuracy,timing")
+    ap.add_argument("--only", default="diag,check,accuracy,timing,bwdcheck,bwdtiming")
     args = ap.parse_args()
     if not args.lib and not args.lib_dir:
         ap.error("give --lib PATH or --lib-dir BUILD")
@@ -475,7 +619,8 @@ def main():
     only = args.only.split(",")
     for name, fn in (("diag", lambda: diagnose(lib, log)),
                      ("check", lambda: variants_check(lib, log, args.quick)),
-                     ("accuracy", lambda: accuracy(lib, log, args.quick, have_peer))):
+                     ("accuracy", lambda: accuracy(lib, log, args.quick, have_peer)),
+                     ("bwdcheck", lambda: backward_check(lib, log))):
         if name in only:
             try:
                 res[name] = fn()
@@ -488,6 +633,11 @@ def main():
             res["timing"] = timings(lib, log, args.quick, have_peer, bw)
         except Exception as e:  # noqa: BLE001
             log(f"[timing] FAILED: {e!r}")
+    if "bwdtiming" in only:
+        try:
+            res["bwdtiming"] = timings_backward(lib, log, args.quick, have_peer)
+        except Exception as e:  # noqa: BLE001
+            log(f"[bwdtiming] FAILED: {e!r}")
     with open(os.path.join(args.out, "chunked_forward.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
     lines = []
@@ -505,6 +655,14 @@ def main():
             lines.append(f"| {r['shape']} | {r['floor_ms']:.3f} | {r['ours_gdn2_ms']:.3f} | {r['ours_qed_ms']:.3f} | "
                          f"{r['prep_ms']:.3f} | {r['state_mt1_ms']:.3f}/{r['state_mt2_ms']:.3f}/{r['state_mt4_ms']:.3f} | "
                          f"{r['ours_single_ms']:.3f} | {r.get('peer_ms', float('nan')):.3f} | {r.get('speedup', float('nan')):.2f}x |")
+    if res.get("bwdtiming"):
+        lines.append("")
+        lines.append("| shape | ours fwd ms | ours bwd ms | ours fwd+bwd ms | ours qed fwd+bwd ms | peer fwd+bwd ms | peer/ours | workspace GB |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in res["bwdtiming"]:
+            lines.append(f"| {r['shape']} | {r['ours_fwd_ms']:.3f} | {r['ours_bwd_ms']:.3f} | {r['ours_fwdbwd_ms']:.3f} | "
+                         f"{r['ours_qed_fwdbwd_ms']:.3f} | {r.get('peer_fwdbwd_ms', float('nan')):.3f} | "
+                         f"{r.get('peer_over_ours', float('nan')):.2f}x | {r['ws_gb']:.2f} |")
     with open(os.path.join(args.out, "chunked_forward.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     for l in lines:

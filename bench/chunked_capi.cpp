@@ -1,4 +1,4 @@
-// C entry points over the chunked forward (kernels/chunked_api.hpp) for ctypes
+// C entry points over the chunked forward and backward (kernels/chunked_api.hpp) for ctypes
 // (bench/chunked_bench.py): contiguous [B,T,H,D] tensors, [N,H,K,V] fp32 states, one dtype for
 // the sequence tensors except g (fp32 or that dtype), optional packed sequences. The caller
 // passes the workspace (so that benchmarks allocate it once and diagnostics can read it).
@@ -73,6 +73,67 @@ int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, ui
   p.workspace = ptrs[14];
   p.workspace_bytes = *ws_bytes;
   return report(chunked_forward(p), err, errlen);
+}
+
+// Backward: shape as qed_chunked_forward (o_dtype = the gradients' dtype);
+// ptrs = {q, k, v, g, b, w, beta, lambda, r, h0, do, dht, cu_seqlens, workspace,
+//         dq, dk, dv, dg, db, dw, dbeta, dlambda, dr, dh0}
+int qed_chunked_backward(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
+                         int query, void* stream, char* err, int errlen) {
+  const DType dt = static_cast<DType>(shape[7]);
+  const DType gdt = static_cast<DType>(shape[8]);
+  const DType odt = static_cast<DType>(shape[9]);
+  const int64_t B = shape[2], T = shape[3], H = shape[4], K = shape[5], V = shape[6];
+  const qed::reference::Layout lay = qed::reference::layout_of(static_cast<Variant>(shape[0]),
+                                                               static_cast<Arm>(shape[1]));
+  ChunkedBackwardParams p;
+  Problem& pr = p.problem;
+  pr.variant = static_cast<Variant>(shape[0]);
+  pr.arm = static_cast<Arm>(shape[1]);
+  pr.B = B;
+  pr.T = T;
+  pr.H = H;
+  pr.K = K;
+  pr.V = V;
+  pr.scale = scale;
+  pr.stream = static_cast<Stream>(stream);
+  if (shape[10] > 0) {
+    pr.cu_seqlens = static_cast<const int64_t*>(ptrs[12]);
+    pr.num_seqs = shape[10];
+  }
+  Inputs& in = p.in;
+  in.q = seq_tensor(ptrs[0], dt, T, H, K);
+  in.k = seq_tensor(ptrs[1], dt, T, H, K);
+  in.v = seq_tensor(ptrs[2], dt, T, H, V);
+  if (ptrs[3]) in.g = seq_tensor(ptrs[3], gdt, T, H, lay.scalar_g ? 1 : K);
+  if (ptrs[4]) in.b = seq_tensor(ptrs[4], dt, T, H, K);
+  if (ptrs[5]) in.w = seq_tensor(ptrs[5], dt, T, H, V);
+  if (ptrs[6]) in.beta = seq_tensor(ptrs[6], dt, T, H, 1);
+  in.lambda = static_cast<const float*>(ptrs[7]);
+  in.r = static_cast<const float*>(ptrs[8]);
+  if (ptrs[9]) in.h0 = state_tensor(static_cast<const float*>(ptrs[9]), H, K, V);
+  p.do_ = seq_tensor(ptrs[10], dt, T, H, V);
+  if (ptrs[11]) p.dht = state_tensor(static_cast<const float*>(ptrs[11]), H, K, V);
+  GradOutputs& g = p.grads;
+  g.dq = seq_tensor_out(ptrs[14], odt, T, H, K);
+  g.dk = seq_tensor_out(ptrs[15], odt, T, H, K);
+  g.dv = seq_tensor_out(ptrs[16], odt, T, H, V);
+  if (ptrs[17]) g.dg = seq_tensor_out(ptrs[17], odt, T, H, lay.scalar_g ? 1 : K);
+  if (ptrs[18]) g.db = seq_tensor_out(ptrs[18], odt, T, H, K);
+  if (ptrs[19]) g.dw = seq_tensor_out(ptrs[19], odt, T, H, V);
+  if (ptrs[20]) g.dbeta = seq_tensor_out(ptrs[20], odt, T, H, 1);
+  g.dlambda = static_cast<float*>(ptrs[21]);
+  g.dr = static_cast<float*>(ptrs[22]);
+  g.dh0 = state_tensor_out(static_cast<float*>(ptrs[23]), H, K, V);
+  if (query) {
+    size_t n = 0;
+    const Status s = chunked_backward_workspace(p, &n);
+    *ws_bytes = n;
+    return report(s, err, errlen);
+  }
+  p.workspace = ptrs[13];
+  p.workspace_bytes = *ws_bytes;
+  return report(chunked_backward(p), err, errlen);
 }
 
 }  // extern "C"

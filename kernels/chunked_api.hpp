@@ -39,4 +39,33 @@ struct ChunkedForwardParams {
 Status chunked_forward_workspace(const ChunkedForwardParams& p, size_t* bytes);
 Status chunked_forward(const ChunkedForwardParams& p);
 
+// Backward of L = sum(do*o) + sum(dht*ht) (MATH.md §6), every variant and QED arm. Recomputes
+// the chunk-start states with chunked_forward (stored in the workspace; no step is ever
+// inverted), then: a chunk-parallel pass builds L, M, Ã, Q̃, K̂, W_a, W_z per chunk; a
+// sequential pass per (sequence, head, 64 value columns) walks the chunks in reverse carrying
+// the state adjoint; a chunk-parallel pass goes through the decay factors (§6.2, §6.3); a token
+// pass applies the §5.2 erase-vector VJP and the variant mapping; dlambda and dr are summed
+// over tokens per head in a fixed order. The per-chunk mathematics is
+// kernels/chunked_backward_tile.hpp, which a CPU test runs on g++.
+// First version: fp32 CUDA-core arithmetic throughout (inputs bf16 or fp32, read as fp32;
+// chunk states from the forward in its mode), no tensor cores yet. Deterministic: no atomics,
+// every reduction in a fixed order, so repeated calls agree bit for bit.
+// Gradients (dq dk dv dg db dw dbeta) are fp32 or bf16; dlambda, dr, dh0 fp32 (written, not
+// accumulated). Chunk size 64; K, V in {64, 128}; q, k, v, b, w, beta and do_ of one dtype
+// (bf16 or fp32), g fp32 or that dtype.
+struct ChunkedBackwardParams {
+  Problem problem;
+  Inputs in;
+  SeqTensor do_;    // [B,T,H,V], required
+  StateTensor dht;  // optional (zero when absent)
+  GradOutputs grads;
+  // Scratch of chunked_backward_workspace() bytes (256-byte aligned); nullptr: allocated and
+  // freed on the stream.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+Status chunked_backward_workspace(const ChunkedBackwardParams& p, size_t* bytes);
+Status chunked_backward(const ChunkedBackwardParams& p);
+
 }  // namespace qed::kernels

@@ -119,11 +119,15 @@ fixtures::Case run_implementation(const fixtures::Case& c, const RunOptions& opt
       if (opt.chunk != 64)
         throw qed::Error("cuda-chunked: chunk size " + std::to_string(opt.chunk) +
                          " is not supported (the kernel uses 64)");
-      kernels::ChunkedHostRun r = kernels::run_chunked(c.inputs, dt);
+      kernels::ChunkedHostRun r =
+          kernels::run_chunked_grads(c.inputs, c.cotangents ? &*c.cotangents : nullptr, dt);
       out.inputs = r.inputs;
-      // The chunked kernel has no backward yet: the cotangents stay, no gradients are written.
+      if (c.cotangents) out.cotangents = r.cotangents;
       store_plain("outputs/o", r.outputs.o, out);
       store_plain("outputs/ht", r.outputs.ht, out);
+      if (r.has_grads)
+        for (auto& name : grad_names(c.inputs.variant, c.inputs.arm))
+          store_plain("grads/" + name, grad_field(r.grads, name), out);
     }
     out.producer = "qedcheck " + opt.impl + " dtype=" + opt.dtype;
     return out;
