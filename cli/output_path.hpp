@@ -21,9 +21,9 @@ inline void check_output_path(const std::string& out, const std::string& in, boo
   fs::path dir = fs::path(out).parent_path();
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec))
-    throw qed::Error(out + ": folder " + dir.string() + " does not exist");
+    throw qed::Error(out + ": folder " + dir.string() + " does not exist (rule: the output folder must exist and be writable)");
   if (::access(dir.c_str(), W_OK) != 0)
-    throw qed::Error(out + ": folder " + dir.string() + " is not writable");
+    throw qed::Error(out + ": folder " + dir.string() + " is not writable (rule: the output folder must exist and be writable)");
 }
 
 }  // namespace qed::cli

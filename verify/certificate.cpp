@@ -334,7 +334,7 @@ Certificate read_certificate(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw qed::Error(path + ": not valid JSON (" + e.what() + ")");
   }
   return certificate_from_json(j, path);

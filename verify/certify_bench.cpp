@@ -199,7 +199,7 @@ BenchTable parse_bench_json(const std::string& text, const std::string& where) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw qed::Error(where + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object() || j.value("schema", "") != kBenchSchema)

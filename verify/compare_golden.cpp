@@ -102,7 +102,7 @@ GoldenManifest read_golden_manifest(const std::string& dir) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw qed::Error(path + ": not valid JSON (" + e.what() + ")");
   }
   if (!doc.is_object() || doc.value("schema", "") != "qedcheck.golden/1")

@@ -87,7 +87,10 @@ ToleranceSpec parse_tolerance(const std::string& text, const std::string& where)
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::out_of_range& e) {
+    throw qed::Error(where + ": a number does not fit a double (" + e.what() +
+                     ") (rule: tolerances are finite float64 numbers)");
+  } catch (const nlohmann::json::exception& e) {
     throw qed::Error(where + ": not valid JSON (" + e.what() + ")");
   }
   if (doc.is_object() && !doc.contains("datasets") && doc.contains("tolerance"))
