@@ -33,3 +33,21 @@ foreach(prec float double)
             --seed 20 --time 120s --corpus ${CMAKE_CURRENT_BINARY_DIR}/fuzz_campaign_corpus)
   set_tests_properties(fuzz.campaign_chunked_${prec} PROPERTIES LABELS slow TIMEOUT 900)
 endforeach()
+
+# The parser findings that once cost the production reader 16.8 GB for 13-16 s (a damaged
+# variable-length string attribute; reports/fuzz/README.md, finding 3): each must now be refused
+# (exit 2, the attribute named) within 20 s and 1 GB peak RSS of the reader's processes.
+# Not in AddressSanitizer builds: there the reader sets no address-space cap (ASan reserves terabytes
+# of shadow memory), which is what these files test.
+set(QED_MEMORY_FINDINGS "")
+if(NOT QEDCHECK_SANITIZE AND NOT CMAKE_CXX_FLAGS MATCHES "sanitize=[^ ]*address")
+  file(GLOB QED_MEMORY_FINDINGS ${PROJECT_SOURCE_DIR}/reports/fuzz/findings/read_case-memory-*.h5)
+endif()
+foreach(f IN LISTS QED_MEMORY_FINDINGS)
+  get_filename_component(fname ${f} NAME_WE)
+  add_test(NAME fuzz.finding_${fname}_is_cheap
+    COMMAND ${QEDCHECK_PYTHON} ${PROJECT_SOURCE_DIR}/ci/checks/bounded_run.py --max-rss-mb 1024
+            --max-seconds 20 --expect-exit 2 --expect-stderr "/@arm: unreadable string"
+            -- $<TARGET_FILE:qedcheck> verify ${f} --no-golden)
+  set_tests_properties(fuzz.finding_${fname}_is_cheap PROPERTIES LABELS cpu TIMEOUT 120)
+endforeach()
