@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Parser fuzzing: builds the libFuzzer harnesses (fuzz/harness_*.cpp) with clang-14 and
-# -fsanitize=fuzzer,address,undefined in build-fuzz-clang/ (CUDA off), runs each for a fixed share
+# Parser fuzzing: builds the libFuzzer harnesses (fuzz/harness_*.cpp) in build-sanitize/ (the
+# `sanitize` preset: clang-14, ASan + UBSan + fuzzer coverage, CUDA off; the same build that
+# ci/sanitize.sh runs the CPU suite in), runs each for a fixed share
 # of TOTAL seconds from the seeds in fuzz/seeds/, and records executions and findings:
 #   fuzz_case_reader  read_case on arbitrary bytes, in process (50% of the time)
 #   fuzz_tolerance    tolerance and certificate readers on arbitrary text (25%)
@@ -12,22 +13,22 @@
 # never crash, hang or exit 3 (needs a qedcheck binary; default build/cli/qedcheck; at most two
 # timeout artifacts are replayed, each costs the reader's 30 s watchdog).
 # Usage: ci/fuzz_parsers.sh [TOTAL_SECONDS=60] [QEDCHECK_BINARY]
-# Results: build-fuzz-clang/fuzz-run/summary.md (and each harness's log and artifacts beside it).
+# Results: build-sanitize/fuzz-run/summary.md (and each harness's log and artifacts beside it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 total=${1:-60}
 qedcheck=${2:-build/cli/qedcheck}
-build=${QEDCHECK_FUZZ_BUILD:-build-fuzz-clang}
+build=${QEDCHECK_FUZZ_BUILD:-build-sanitize}
 jobs=${QEDCHECK_JOBS:-2}
 harnesses=(fuzz_case_reader fuzz_tolerance fuzz_cli)
 
 start=$(date +%s)
 if [[ ! -f $build/CMakeCache.txt ]]; then
-  # quadmath.h lives in gcc's private include folder; -idirafter keeps clang's own headers first.
-  flags="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -idirafter /usr/lib/gcc/x86_64-linux-gnu/12/include"
-  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DQEDCHECK_CUDA=OFF -DQEDCHECK_WERROR=OFF \
-    -DQEDCHECK_FUZZ_HARNESSES=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    "-DCMAKE_CXX_FLAGS=$flags" "-DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link,address,undefined" >/dev/null
+  if [[ $build == build-sanitize ]]; then
+    cmake --preset sanitize >/dev/null
+  else
+    cmake -S . -B "$build" --preset sanitize >/dev/null
+  fi
 fi
 cmake --build "$build" -j "$jobs" --target "${harnesses[@]}"
 built=$(date +%s)
@@ -92,7 +93,7 @@ for h in "${harnesses[@]}"; do
         [[ -e $a ]] || continue
         # Endless loops cost the isolated reader's 30 s watchdog each: two of them show it.
         if [[ $(basename "$a") == timeout-* ]]; then
-          [[ $timeouts_replayed -lt 2 ]] || continue
+          [[ $timeouts_replayed -lt ${QEDCHECK_FUZZ_REPLAY_TIMEOUTS:-2} ]] || continue
           timeouts_replayed=$((timeouts_replayed + 1))
         fi
         rc=0

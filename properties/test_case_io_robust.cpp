@@ -16,6 +16,18 @@
 #include "fixtures/case_patch.hpp"
 #include "fixtures/generate.hpp"
 
+
+// AddressSanitizer builds (gcc defines __SANITIZE_ADDRESS__, clang has __has_feature).
+#if defined(__SANITIZE_ADDRESS__)
+#define QED_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QED_ASAN 1
+#endif
+#endif
+#ifndef QED_ASAN
+#define QED_ASAN 0
+#endif
 namespace {
 
 using namespace qed::fixtures;
@@ -196,7 +208,7 @@ TEST_F(Robust, IsolationTurnsALibraryCrashIntoAnError) {
     got = e.what();
   }
   const std::string err = ::testing::internal::GetCapturedStderr();
-#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer reports the child's crash on stderr
+#if !QED_ASAN  // AddressSanitizer reports the child's crash on stderr
   EXPECT_EQ(err, "");
 #endif
   // libhdf5 1.10.8 indexes past its heap table here (SIGSEGV); a fixed libhdf5 reports an error.
@@ -207,7 +219,7 @@ TEST_F(Robust, IsolationTurnsALibraryCrashIntoAnError) {
 TEST_F(Robust, IsolationCapsLibraryAllocations) {
   // A 2 GiB string length: libhdf5 allocates and zeroes it before noticing anything; the
   // reader's address-space cap makes that allocation fail quickly instead.
-#if defined(__SANITIZE_ADDRESS__)
+#if QED_ASAN
   GTEST_SKIP() << "AddressSanitizer's shadow memory rules out the address-space cap";
 #endif
   const std::string p = damage_format_descriptor(good(), 0, 0x7FFFFFFF);
