@@ -10,7 +10,14 @@
 # QED_DEVICE_BENCH=0 (skip benchmarks), QED_DEVICE_TESTS=0 (skip tests),
 # QED_DEVICE_TEST_REGEX (ctest -R filter), QED_DEVICE_BENCH_GLOB (bench_*.py),
 # QED_DEVICE_TEST_TIMEOUT (s per ctest test, 600), QED_GTEST_SOURCE (googletest sources when
-# GoogleTest is not installed; default .devdeps/googletest).
+# GoogleTest is not installed; default .devdeps/googletest), QED_DEVICE_QEDCHECK=0 (skip the
+# qedcheck stage below).
+# The peer: flash-linear-attention is installed from the wheels in .whl/ (carry it) into
+# /tmp/qed-site when `import fla` fails. qedcheck itself: when .devbundle/ is carried
+# (ci/device_bundle.sh packs the CUDA-enabled binary built on the CPU machine), the script also
+# certifies the CUDA kernels (`certify --quick`, into $OUT/certificates), runs the GPU gate
+# (every certificate, --require-all, the fresh benchmark tables against reports/bench/) and judges
+# chunk_gdn2 with `qedcheck verify` (examples/python/dump_fla_gdn2.py; $OUT/fla_verdict.*).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/out-device}
@@ -20,6 +27,10 @@ mkdir -p "$OUT/bench" "$BUILD"
 export PATH=/usr/local/cuda/bin:$PATH
 export QED_GTEST_SOURCE=${QED_GTEST_SOURCE:-$ROOT/.devdeps/googletest}
 SUMMARY=$OUT/summary.md
+if ! python3 -c "import fla" >/dev/null 2>&1 && compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
+  python3 -m pip install --quiet --no-deps --no-index --target /tmp/qed-site "$ROOT"/.whl/*.whl \
+    >"$OUT/pip.log" 2>&1 && export PYTHONPATH=/tmp/qed-site${PYTHONPATH:+:$PYTHONPATH}
+fi
 : >"$SUMMARY"
 t0=$(date +%s)
 say() { echo "$@" | tee -a "$SUMMARY"; }
@@ -77,9 +88,46 @@ if [[ ${QED_DEVICE_BENCH:-1} != 0 ]]; then
 fi
 t3=$(date +%s)
 
+# qedcheck on the device (see the header): certificates of the CUDA kernels, the GPU gate, and
+# the verdict on flash-linear-attention's chunk_gdn2.
+QC=$ROOT/.devbundle/qedcheck
+qc_status="skipped (no .devbundle)"
+if [[ -x $QC && ${QED_DEVICE_QEDCHECK:-1} != 0 ]]; then
+  qc_status=""
+  mkdir -p "$OUT/certificates"
+  timeout "${QED_DEVICE_CERTIFY_BUDGET:-300}" "$QC" certify --impl cuda-recurrent cuda-chunked --quick \
+    --out "$OUT/certificates" --threads "$JOBS" >"$OUT/certify.log" 2>&1
+  qc_status+="certify rc=$?; "
+  gate_certs=()
+  for c in "$ROOT"/reports/certificates/*.json "$OUT"/certificates/*.json; do
+    [[ -e $c ]] && gate_certs+=(--certificate "$c")
+  done
+  : >"$OUT/gate.log"
+  for t in recurrent:bench_recurrent chunked_forward:chunked_forward; do
+    base=${t%%:*} fresh=${t##*:}
+    bench=()
+    [[ -f $OUT/bench/$fresh.md ]] && bench=(--bench-table "$OUT/bench/$fresh.md" --bench-baseline "$ROOT/reports/bench/$base.md")
+    echo "== gate with ${bench[*]:-no benchmark table}" >>"$OUT/gate.log"
+    timeout 300 "$QC" gate "${gate_certs[@]}" --require-all --threads "$JOBS" -q "${bench[@]}" >>"$OUT/gate.log" 2>&1
+    qc_status+="gate($base) rc=$?; "
+  done
+  if python3 -c "import fla" >/dev/null 2>&1; then
+    PYTHONUNBUFFERED=1 timeout "${QED_DEVICE_FLA_BUDGET:-420}" python3 "$ROOT/examples/python/dump_fla_gdn2.py" \
+      --out "$OUT/fla_chunk_gdn2.h5" >"$OUT/fla_dump.log" 2>&1
+    qc_status+="fla dump rc=$?; "
+    if [[ -f $OUT/fla_chunk_gdn2.h5 ]]; then
+      "$QC" verify "$OUT/fla_chunk_gdn2.h5" --json "$OUT/fla_verdict.json" >"$OUT/fla_verdict.txt" 2>&1
+      qc_status+="fla verify rc=$?; "
+    fi
+  else
+    qc_status+="fla not importable; "
+  fi
+fi
+t4=$(date +%s)
+
 say "## device run $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 say ""
-say "build: $([[ $build_ok == 1 ]] && echo ok || echo FAILED, see build.log) ($((t1 - t0)) s); tests: $test_status ($((t2 - t1)) s); bench: $bench_status ($((t3 - t2)) s)"
+say "build: $([[ $build_ok == 1 ]] && echo ok || echo FAILED, see build.log) ($((t1 - t0)) s); tests: $test_status ($((t2 - t1)) s); bench: $bench_status ($((t3 - t2)) s); qedcheck: $qc_status ($((t4 - t3)) s)"
 if [[ $build_ok != 1 ]]; then
   grep -E "error|FAILED" "$OUT/build.log" | head -20 | tee -a "$SUMMARY"
 fi
@@ -96,4 +144,13 @@ fi
 if [[ -s "$OUT/bench.log" ]]; then
   say ""
   grep -E "^\|" "$OUT/bench.log" | tee -a "$SUMMARY"
+fi
+if [[ -s $OUT/gate.log ]]; then
+  say ""
+  grep -E "^(==|gate|PASS|FAIL|REGRESS)|^\|" "$OUT/gate.log" | head -60 | tee -a "$SUMMARY"
+fi
+if [[ -s $OUT/fla_verdict.txt ]]; then
+  say ""
+  say "qedcheck verify on chunk_gdn2 (flash-linear-attention), bf16:"
+  tee -a "$SUMMARY" <"$OUT/fla_verdict.txt"
 fi

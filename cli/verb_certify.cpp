@@ -24,6 +24,11 @@ int run_certify_verb(CertifyCli& c) {
   c.o.progress = !c.quiet;
   const auto sum = verify::run_certify(c.o, stderr);
   for (const auto& s : sum.skipped) fmt::print("skipped {}\n", s);
+  // Implementations named on the command line that cannot run here (a CUDA kernel without a
+  // device) are a usage error when nothing else was certified: exit 2, not an empty success.
+  if (!c.o.impls.empty() && sum.certificates.empty() && !sum.skipped.empty())
+    throw qed::Error(fmt::format("nothing certified: {} (rule: --impl names implementations that run here)",
+                                 sum.skipped.front()));
   for (const auto& p : sum.certificates) {
     const auto cert = verify::read_certificate(p);
     int certified = 0, unstable = 0, not_certified = 0;

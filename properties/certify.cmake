@@ -35,3 +35,13 @@ add_test(NAME gate_committed_all_cells
     ${PROJECT_SOURCE_DIR}/ci/gate.sh --all-cells
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(gate_committed_all_cells PROPERTIES LABELS slow TIMEOUT 3600)
+
+# A CUDA kernel named with --impl on a machine without a device (or a build without CUDA): exit 2
+# with one line, never an empty success. Skipped where a device answers nvidia-smi.
+add_test(NAME certify_cli_unavailable_impl_is_exit_2
+  COMMAND bash -c "if nvidia-smi -L >/dev/null 2>&1; then echo 'SKIP: a GPU is present'; exit 0; fi
+    \"$0\" certify --impl cuda-recurrent --quick --T 64 --seeds 1 -q --out \"$1\" 2>&1; rc=$?
+    echo \"exit $rc\"; test $rc = 2" $<TARGET_FILE:qedcheck> ${CMAKE_CURRENT_BINARY_DIR}/certify_unavailable)
+set_tests_properties(certify_cli_unavailable_impl_is_exit_2 PROPERTIES LABELS cpu TIMEOUT 120
+  SKIP_REGULAR_EXPRESSION "SKIP: a GPU is present"
+  PASS_REGULAR_EXPRESSION "qedcheck: error: [^\n]*cuda-recurrent[^\n]*\\(rule: [^\n]*\\)(.|\n)*\nexit 2")

@@ -64,8 +64,8 @@ std::string unquote(std::string s) {  // `x` or `` x ``
 }
 
 // Rows of the table that follows `heading` (columns: id | bad input | command | exit | message).
-std::vector<Row> read_table(const std::string& heading) {
-  std::ifstream f(kTable);
+std::vector<Row> read_table(const std::string& heading, const std::string& file = kTable) {
+  std::ifstream f(file);
   std::vector<Row> rows;
   std::string line;
   bool in_section = false;
@@ -285,6 +285,21 @@ TEST(Robustness, CommandLineTableMatchesTheBinary) {
       }
       fs::remove_all(dir);
     }
+  }
+}
+
+// README's "Bad input" table is a selection of the checked table above, copied word for word, so
+// that README cannot drift from what the binary says.
+TEST(Robustness, ReadmeSelectionIsInTheTable) {
+  const auto all = read_table("Command line");
+  const auto readme = read_table("Bad input", std::string(QEDCHECK_SOURCE_DIR) + "/README.md");
+  ASSERT_GE(readme.size(), 10u) << "README's Bad input table not found";
+  for (const auto& r : readme) {
+    bool found = false;
+    for (const auto& a : all)
+      found = found || (a.id == r.id && a.input == r.input && a.command == r.command &&
+                        a.status == r.status && a.message == r.message);
+    EXPECT_TRUE(found) << "README row '" << r.id << "' is not, word for word, a row of " << kTable;
   }
 }
 
