@@ -21,36 +21,34 @@ int report(const Status& s, char* err, int errlen) {
   return static_cast<int>(s.code);
 }
 
-}  // namespace
-
-extern "C" {
-
-// shape = {variant, arm, B, T, H, K, V, dtype, g_dtype, o_dtype, N (0: no cu_seqlens)}
-// ptrs = {q, k, v, g, b, w, beta, lambda, r, h0, o, ht, chunk_states, cu_seqlens, workspace}
-// With query != 0 only the workspace size is computed (into *ws_bytes).
-int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
-                        int query, void* stream, char* err, int errlen) {
-  const DType dt = static_cast<DType>(shape[7]);
-  const DType gdt = static_cast<DType>(shape[8]);
-  const int64_t B = shape[2], T = shape[3], H = shape[4], K = shape[5], V = shape[6];
-  const qed::reference::Layout lay = qed::reference::layout_of(static_cast<Variant>(shape[0]),
-                                                               static_cast<Arm>(shape[1]));
-  ChunkedForwardParams p;
-  Problem& pr = p.problem;
+// shape = {variant, arm, B, T, H, K, V, dtype, g_dtype, o_dtype, N (0: no cu_seqlens)}: the
+// problem both entry points describe (cu_seqlens given when N > 0).
+Problem problem_of(const int64_t* shape, float scale, void* stream, const void* cu_seqlens) {
+  Problem pr;
   pr.variant = static_cast<Variant>(shape[0]);
   pr.arm = static_cast<Arm>(shape[1]);
-  pr.B = B;
-  pr.T = T;
-  pr.H = H;
-  pr.K = K;
-  pr.V = V;
+  pr.B = shape[2];
+  pr.T = shape[3];
+  pr.H = shape[4];
+  pr.K = shape[5];
+  pr.V = shape[6];
   pr.scale = scale;
   pr.stream = static_cast<Stream>(stream);
   if (shape[10] > 0) {
-    pr.cu_seqlens = static_cast<const int64_t*>(ptrs[13]);
+    pr.cu_seqlens = static_cast<const int64_t*>(cu_seqlens);
     pr.num_seqs = shape[10];
   }
-  Inputs& in = p.in;
+  return pr;
+}
+
+// ptrs[0..9] = {q, k, v, g, b, w, beta, lambda, r, h0} in both entry points; absent ones null.
+Inputs inputs_of(const int64_t* shape, void* const* ptrs) {
+  const DType dt = static_cast<DType>(shape[7]);
+  const DType gdt = static_cast<DType>(shape[8]);
+  const int64_t T = shape[3], H = shape[4], K = shape[5], V = shape[6];
+  const qed::reference::Layout lay = qed::reference::layout_of(static_cast<Variant>(shape[0]),
+                                                               static_cast<Arm>(shape[1]));
+  Inputs in;
   in.q = seq_tensor(ptrs[0], dt, T, H, K);
   in.k = seq_tensor(ptrs[1], dt, T, H, K);
   in.v = seq_tensor(ptrs[2], dt, T, H, V);
@@ -61,6 +59,22 @@ int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, ui
   in.lambda = static_cast<const float*>(ptrs[7]);
   in.r = static_cast<const float*>(ptrs[8]);
   if (ptrs[9]) in.h0 = state_tensor(static_cast<const float*>(ptrs[9]), H, K, V);
+  return in;
+}
+
+}  // namespace
+
+extern "C" {
+
+// shape = {variant, arm, B, T, H, K, V, dtype, g_dtype, o_dtype, N (0: no cu_seqlens)}
+// ptrs = {q, k, v, g, b, w, beta, lambda, r, h0, o, ht, chunk_states, cu_seqlens, workspace}
+// With query != 0 only the workspace size is computed (into *ws_bytes).
+int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
+                        int query, void* stream, char* err, int errlen) {
+  const int64_t T = shape[3], H = shape[4], K = shape[5], V = shape[6];
+  ChunkedForwardParams p;
+  p.problem = problem_of(shape, scale, stream, ptrs[13]);
+  p.in = inputs_of(shape, ptrs);
   p.o = seq_tensor_out(ptrs[10], static_cast<DType>(shape[9]), T, H, V);
   if (ptrs[11]) p.ht = state_tensor_out(static_cast<float*>(ptrs[11]), H, K, V);
   if (ptrs[12]) p.chunk_states = state_tensor_out(static_cast<float*>(ptrs[12]), H, K, V);
@@ -81,37 +95,13 @@ int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, ui
 int qed_chunked_backward(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
                          int query, void* stream, char* err, int errlen) {
   const DType dt = static_cast<DType>(shape[7]);
-  const DType gdt = static_cast<DType>(shape[8]);
   const DType odt = static_cast<DType>(shape[9]);
-  const int64_t B = shape[2], T = shape[3], H = shape[4], K = shape[5], V = shape[6];
+  const int64_t T = shape[3], H = shape[4], K = shape[5], V = shape[6];
   const qed::reference::Layout lay = qed::reference::layout_of(static_cast<Variant>(shape[0]),
                                                                static_cast<Arm>(shape[1]));
   ChunkedBackwardParams p;
-  Problem& pr = p.problem;
-  pr.variant = static_cast<Variant>(shape[0]);
-  pr.arm = static_cast<Arm>(shape[1]);
-  pr.B = B;
-  pr.T = T;
-  pr.H = H;
-  pr.K = K;
-  pr.V = V;
-  pr.scale = scale;
-  pr.stream = static_cast<Stream>(stream);
-  if (shape[10] > 0) {
-    pr.cu_seqlens = static_cast<const int64_t*>(ptrs[12]);
-    pr.num_seqs = shape[10];
-  }
-  Inputs& in = p.in;
-  in.q = seq_tensor(ptrs[0], dt, T, H, K);
-  in.k = seq_tensor(ptrs[1], dt, T, H, K);
-  in.v = seq_tensor(ptrs[2], dt, T, H, V);
-  if (ptrs[3]) in.g = seq_tensor(ptrs[3], gdt, T, H, lay.scalar_g ? 1 : K);
-  if (ptrs[4]) in.b = seq_tensor(ptrs[4], dt, T, H, K);
-  if (ptrs[5]) in.w = seq_tensor(ptrs[5], dt, T, H, V);
-  if (ptrs[6]) in.beta = seq_tensor(ptrs[6], dt, T, H, 1);
-  in.lambda = static_cast<const float*>(ptrs[7]);
-  in.r = static_cast<const float*>(ptrs[8]);
-  if (ptrs[9]) in.h0 = state_tensor(static_cast<const float*>(ptrs[9]), H, K, V);
+  p.problem = problem_of(shape, scale, stream, ptrs[12]);
+  p.in = inputs_of(shape, ptrs);
   p.do_ = seq_tensor(ptrs[10], dt, T, H, V);
   if (ptrs[11]) p.dht = state_tensor(static_cast<const float*>(ptrs[11]), H, K, V);
   GradOutputs& g = p.grads;
