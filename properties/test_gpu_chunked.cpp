@@ -45,42 +45,15 @@ void check(const fixtures::GenSpec& g, DType dt) {
   }
 }
 
-// Every variant and arm, cycling K, V, T, B, H, h0, regime and one varlen packing each.
-std::vector<fixtures::GenSpec> sweep(uint64_t seed) {
-  const int64_t Ts[] = {1, 63, 64, 65, 200};
-  const Regime regimes[] = {Regime::prop, Regime::std_, Regime::mixed, Regime::hard};
-  std::vector<fixtures::GenSpec> out;
-  int i = 0;
-  for (auto [v, a] : all_variants()) {
-    for (int kv = 0; kv < 4; ++kv, ++i) {
-      fixtures::GenSpec g;
-      g.variant = v;
-      g.arm = a;
-      const int64_t K = kv & 1 ? 128 : 64, V = kv & 2 ? 128 : 64;
-      if (kv == 3) {
-        g.seqlens = {0, 1, 63, 64, 65, 0, 130};
-        g.dims = {1, 323, 2, K, V};
-      } else {
-        g.dims = {1 + i % 2, Ts[i % 5], 1 + (i / 2) % 2, K, V};
-      }
-      g.with_h0 = i % 2 == 0;
-      g.regime = regimes[i % 4];
-      g.lambda = 0.8;
-      g.seed = seed + static_cast<uint64_t>(i) * 7919;
-      out.push_back(g);
-    }
-  }
-  return out;
-}
 
 TEST(GpuChunked, AllVariantsFp32) {
   REQUIRE_DEVICE();
-  for (const auto& g : sweep(base_seed())) check(g, DType::fp32);
+  for (const auto& g : variant_sweep(base_seed())) check(g, DType::fp32);
 }
 
 TEST(GpuChunked, AllVariantsBf16) {
   REQUIRE_DEVICE();
-  for (const auto& g : sweep(base_seed() + 1)) check(g, DType::bf16);
+  for (const auto& g : variant_sweep(base_seed() + 1)) check(g, DType::bf16);
 }
 
 // MATH.md §10 regimes at K = V = 128, arms gdn2 and QED full / nogate_noproj at lambda = 1.

@@ -76,42 +76,17 @@ Judged judge(const fixtures::GenSpec& g, DType dt, bool dht, bool expect = true)
   return J;
 }
 
-std::vector<fixtures::GenSpec> sweep(uint64_t seed) {
-  const int64_t Ts[] = {1, 63, 64, 65, 200};
-  const Regime regimes[] = {Regime::prop, Regime::std_, Regime::mixed, Regime::hard};
-  std::vector<fixtures::GenSpec> out;
-  int i = 0;
-  for (auto [v, a] : all_variants())
-    for (int kv = 0; kv < 4; ++kv, ++i) {
-      fixtures::GenSpec g;
-      g.variant = v;
-      g.arm = a;
-      const int64_t K = kv & 1 ? 128 : 64, V = kv & 2 ? 128 : 64;
-      if (kv == 3) {
-        g.seqlens = {0, 1, 63, 64, 65, 0, 130};
-        g.dims = {1, 323, 2, K, V};
-      } else {
-        g.dims = {1 + i % 2, Ts[i % 5], 1 + (i / 2) % 2, K, V};
-      }
-      g.with_h0 = i % 2 == 0;
-      g.regime = regimes[i % 4];
-      g.lambda = 0.8;
-      g.seed = seed + static_cast<uint64_t>(i) * 7919;
-      out.push_back(g);
-    }
-  return out;
-}
 
 TEST(GpuChunkedBackward, AllVariantsFp32) {
   REQUIRE_DEVICE();
   int i = 0;
-  for (const auto& g : sweep(base_seed() + 100)) judge(g, DType::fp32, i++ % 2 == 0);
+  for (const auto& g : variant_sweep(base_seed() + 100)) judge(g, DType::fp32, i++ % 2 == 0);
 }
 
 TEST(GpuChunkedBackward, AllVariantsBf16) {
   REQUIRE_DEVICE();
   int i = 0;
-  for (const auto& g : sweep(base_seed() + 101)) judge(g, DType::bf16, i++ % 2 == 1);
+  for (const auto& g : variant_sweep(base_seed() + 101)) judge(g, DType::bf16, i++ % 2 == 1);
 }
 
 std::vector<fixtures::GenSpec> regimes(int64_t T, uint64_t seed) {

@@ -111,4 +111,33 @@ class ScopedEnv {
   const char* name_;
 };
 
+// Every variant and arm, four (K, V) pairs each, cycling K, V, T, B, H, h0, regime and one varlen packing each.
+inline std::vector<fixtures::GenSpec> variant_sweep(uint64_t seed) {
+  const int64_t Ts[] = {1, 63, 64, 65, 200};
+  using fixtures::Regime;
+  const Regime regimes[] = {Regime::prop, Regime::std_, Regime::mixed, Regime::hard};
+  std::vector<fixtures::GenSpec> out;
+  int i = 0;
+  for (auto [v, a] : all_variants()) {
+    for (int kv = 0; kv < 4; ++kv, ++i) {
+      fixtures::GenSpec g;
+      g.variant = v;
+      g.arm = a;
+      const int64_t K = kv & 1 ? 128 : 64, V = kv & 2 ? 128 : 64;
+      if (kv == 3) {
+        g.seqlens = {0, 1, 63, 64, 65, 0, 130};
+        g.dims = {1, 323, 2, K, V};
+      } else {
+        g.dims = {1 + i % 2, Ts[i % 5], 1 + (i / 2) % 2, K, V};
+      }
+      g.with_h0 = i % 2 == 0;
+      g.regime = regimes[i % 4];
+      g.lambda = 0.8;
+      g.seed = seed + static_cast<uint64_t>(i) * 7919;
+      out.push_back(g);
+    }
+  }
+  return out;
+}
+
 }  // namespace qed::gpu_chunked
