@@ -56,57 +56,21 @@ ChunkedHostRun run_chunked_grads(const reference::Inputs<double>& in0,
   if (!cot) return res;
   const auto& in = res.inputs;
   const auto& d = in.dims;
-  const int64_t N = in.num_sequences();
-  const reference::Layout lay = reference::layout_of(in.variant, in.arm);
   res.cotangents = round_cotangents(*cot, dt);
   DeviceProblem dev = upload_problem(in, dt);
   DeviceBuffer dO = to_device(res.cotangents.do_, dt);
   DeviceBuffer dht = to_device_f32(res.cotangents.dht);
-  const size_t nK = static_cast<size_t>(d.B * d.T * d.H * d.K);
-  const size_t nV = static_cast<size_t>(d.B * d.T * d.H * d.V);
-  const size_t nTok = static_cast<size_t>(d.B * d.T * d.H);
-  const size_t nS = static_cast<size_t>(N * d.H * d.K * d.V);
-  const size_t gb = static_cast<size_t>(dtype_bytes(gdt));
-  DeviceBuffer dq(nK * gb), dk(nK * gb), dv(nV * gb), dg((lay.channel_g ? nK : nTok) * gb),
-      db(nK * gb), dw(nV * gb), dbeta(nTok * gb), dlam(static_cast<size_t>(d.H) * 4),
-      dr(static_cast<size_t>(d.H * d.K) * 4), dh0(nS * 4);
-  for (DeviceBuffer* x : {&dq, &dk, &dv, &dg, &db, &dw, &dbeta, &dlam, &dr, &dh0}) x->fill_bytes(0xFF);
+  DeviceGrads grads(in, gdt);
   ChunkedBackwardParams bp;
   bp.problem = dev.problem;
   bp.in = dev.inputs;
   bp.do_ = seq_tensor(dO.get(), dt, d.T, d.H, d.V);
   if (!res.cotangents.dht.empty()) bp.dht = state_tensor(dht.as<float>(), d.H, d.K, d.V);
-  GradOutputs& gr = bp.grads;
-  gr.dq = seq_tensor_out(dq.get(), gdt, d.T, d.H, d.K);
-  gr.dk = seq_tensor_out(dk.get(), gdt, d.T, d.H, d.K);
-  gr.dv = seq_tensor_out(dv.get(), gdt, d.T, d.H, d.V);
-  if (lay.channel_g) gr.dg = seq_tensor_out(dg.get(), gdt, d.T, d.H, d.K);
-  if (lay.scalar_g) gr.dg = seq_tensor_out(dg.get(), gdt, d.T, d.H, 1);
-  if (lay.has_bw) {
-    gr.db = seq_tensor_out(db.get(), gdt, d.T, d.H, d.K);
-    gr.dw = seq_tensor_out(dw.get(), gdt, d.T, d.H, d.V);
-  }
-  if (lay.has_beta) gr.dbeta = seq_tensor_out(dbeta.get(), gdt, d.T, d.H, 1);
-  if (lay.has_lambda) gr.dlambda = dlam.as<float>();
-  if (lay.has_r) gr.dr = dr.as<float>();
-  gr.dh0 = state_tensor_out(dh0.as<float>(), d.H, d.K, d.V);
+  bp.grads = grads.outputs();
   throw_if_error(chunked_backward(bp));
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
     throw qed::Error(std::string("cuda-chunked: backward: ") + cudaGetErrorString(e));
-  auto& G = res.grads;
-  G.dq = from_device(dq, nK, gdt);
-  G.dk = from_device(dk, nK, gdt);
-  G.dv = from_device(dv, nV, gdt);
-  if (lay.channel_g) G.dg = from_device(dg, nK, gdt);
-  if (lay.scalar_g) G.dg = from_device(dg, nTok, gdt);
-  if (lay.has_bw) {
-    G.db = from_device(db, nK, gdt);
-    G.dw = from_device(dw, nV, gdt);
-  }
-  if (lay.has_beta) G.dbeta = from_device(dbeta, nTok, gdt);
-  if (lay.has_lambda) G.dlambda = from_device(dlam, static_cast<size_t>(d.H), DType::fp32);
-  if (lay.has_r) G.dr = from_device(dr, static_cast<size_t>(d.H * d.K), DType::fp32);
-  G.dh0 = from_device(dh0, nS, DType::fp32);
+  grads.download(res.grads);
   res.has_grads = true;
   return res;
 }

@@ -192,6 +192,64 @@ DeviceProblem upload_problem(const reference::Inputs<double>& in, DType dt) {
   return dp;
 }
 
+DeviceGrads::DeviceGrads(const reference::Inputs<double>& in, DType dt)
+    : d_(in.dims),
+      lay_(reference::layout_of(in.variant, in.arm)),
+      dt_(dt),
+      nK_(static_cast<size_t>(d_.B * d_.T * d_.H * d_.K)),
+      nV_(static_cast<size_t>(d_.B * d_.T * d_.H * d_.V)),
+      nTok_(static_cast<size_t>(d_.B * d_.T * d_.H)),
+      nS_(static_cast<size_t>(in.num_sequences() * d_.H * d_.K * d_.V)) {
+  const size_t e = static_cast<size_t>(dtype_bytes(dt));
+  dq_ = DeviceBuffer(nK_ * e);
+  dk_ = DeviceBuffer(nK_ * e);
+  dv_ = DeviceBuffer(nV_ * e);
+  dg_ = DeviceBuffer((lay_.channel_g ? nK_ : nTok_) * e);
+  db_ = DeviceBuffer(nK_ * e);
+  dw_ = DeviceBuffer(nV_ * e);
+  dbeta_ = DeviceBuffer(nTok_ * e);
+  dlam_ = DeviceBuffer(static_cast<size_t>(d_.H) * 4);
+  dr_ = DeviceBuffer(static_cast<size_t>(d_.H * d_.K) * 4);
+  dh0_ = DeviceBuffer(nS_ * 4);
+  for (DeviceBuffer* x : {&dq_, &dk_, &dv_, &dg_, &db_, &dw_, &dbeta_, &dlam_, &dr_, &dh0_})
+    x->fill_bytes(0xFF);
+}
+
+GradOutputs DeviceGrads::outputs() const {
+  GradOutputs gr;
+  gr.dq = seq_tensor_out(dq_.get(), dt_, d_.T, d_.H, d_.K);
+  gr.dk = seq_tensor_out(dk_.get(), dt_, d_.T, d_.H, d_.K);
+  gr.dv = seq_tensor_out(dv_.get(), dt_, d_.T, d_.H, d_.V);
+  if (lay_.channel_g) gr.dg = seq_tensor_out(dg_.get(), dt_, d_.T, d_.H, d_.K);
+  if (lay_.scalar_g) gr.dg = seq_tensor_out(dg_.get(), dt_, d_.T, d_.H, 1);
+  if (lay_.has_bw) {
+    gr.db = seq_tensor_out(db_.get(), dt_, d_.T, d_.H, d_.K);
+    gr.dw = seq_tensor_out(dw_.get(), dt_, d_.T, d_.H, d_.V);
+  }
+  if (lay_.has_beta) gr.dbeta = seq_tensor_out(dbeta_.get(), dt_, d_.T, d_.H, 1);
+  if (lay_.has_lambda) gr.dlambda = dlam_.as<float>();
+  if (lay_.has_r) gr.dr = dr_.as<float>();
+  gr.dh0 = state_tensor_out(dh0_.as<float>(), d_.H, d_.K, d_.V);
+  return gr;
+}
+
+void DeviceGrads::download(reference::Grads<double>& G) const {
+  const DType f32 = DType::fp32;
+  G.dq = from_device(dq_, nK_, dt_);
+  G.dk = from_device(dk_, nK_, dt_);
+  G.dv = from_device(dv_, nV_, dt_);
+  if (lay_.channel_g) G.dg = from_device(dg_, nK_, dt_);
+  if (lay_.scalar_g) G.dg = from_device(dg_, nTok_, dt_);
+  if (lay_.has_bw) {
+    G.db = from_device(db_, nK_, dt_);
+    G.dw = from_device(dw_, nV_, dt_);
+  }
+  if (lay_.has_beta) G.dbeta = from_device(dbeta_, nTok_, dt_);
+  if (lay_.has_lambda) G.dlambda = from_device(dlam_, static_cast<size_t>(d_.H), f32);
+  if (lay_.has_r) G.dr = from_device(dr_, static_cast<size_t>(d_.H * d_.K), f32);
+  G.dh0 = from_device(dh0_, nS_, f32);
+}
+
 HostRun run_recurrent(const reference::Inputs<double>& in0,
                       const reference::Cotangents<double>* cot, DType dt) {
   throw_if_error(device_status());
@@ -200,7 +258,6 @@ HostRun run_recurrent(const reference::Inputs<double>& in0,
   const auto& in = res.inputs;
   const auto& d = in.dims;
   const int64_t N = in.num_sequences();
-  const reference::Layout lay = reference::layout_of(in.variant, in.arm);
 
   DeviceProblem dev = upload_problem(in, dt);
   Problem& p = dev.problem;
@@ -225,48 +282,16 @@ HostRun run_recurrent(const reference::Inputs<double>& in0,
   res.cotangents = round_cotangents(*cot, dt);
   DeviceBuffer dO = to_device(res.cotangents.do_, dt);
   DeviceBuffer dht = to_device_f32(res.cotangents.dht);
-  const size_t nK = static_cast<size_t>(d.B * d.T * d.H * d.K);
-  const size_t nTok = static_cast<size_t>(d.B * d.T * d.H);
-  DeviceBuffer dq(nK * 4), dk(nK * 4), dv(nO * 4), dg((lay.channel_g ? nK : nTok) * 4),
-      db(nK * 4), dw(nO * 4), dbeta(nTok * 4), dlam(static_cast<size_t>(d.H) * 4),
-      dr(static_cast<size_t>(d.H * d.K) * 4), dh0(nS * 4);
-  for (DeviceBuffer* x : {&dq, &dk, &dv, &dg, &db, &dw, &dbeta, &dlam, &dr, &dh0}) x->fill_bytes(0xFF);
+  DeviceGrads grads(in, DType::fp32);
   RecurrentBackwardParams bp;
   bp.problem = p;
   bp.in = ki;
   bp.do_ = seq_tensor(dO.get(), dt, d.T, d.H, d.V);
   if (!res.cotangents.dht.empty()) bp.dht = state_tensor(dht.as<float>(), d.H, d.K, d.V);
-  const DType f32 = DType::fp32;
-  GradOutputs& gr = bp.grads;
-  gr.dq = seq_tensor_out(dq.get(), f32, d.T, d.H, d.K);
-  gr.dk = seq_tensor_out(dk.get(), f32, d.T, d.H, d.K);
-  gr.dv = seq_tensor_out(dv.get(), f32, d.T, d.H, d.V);
-  if (lay.channel_g) gr.dg = seq_tensor_out(dg.get(), f32, d.T, d.H, d.K);
-  if (lay.scalar_g) gr.dg = seq_tensor_out(dg.get(), f32, d.T, d.H, 1);
-  if (lay.has_bw) {
-    gr.db = seq_tensor_out(db.get(), f32, d.T, d.H, d.K);
-    gr.dw = seq_tensor_out(dw.get(), f32, d.T, d.H, d.V);
-  }
-  if (lay.has_beta) gr.dbeta = seq_tensor_out(dbeta.get(), f32, d.T, d.H, 1);
-  if (lay.has_lambda) gr.dlambda = dlam.as<float>();
-  if (lay.has_r) gr.dr = dr.as<float>();
-  gr.dh0 = state_tensor_out(dh0.as<float>(), d.H, d.K, d.V);
+  bp.grads = grads.outputs();
   throw_if_error(recurrent_backward(bp));
   check_cuda(cudaDeviceSynchronize(), "backward");
-  auto& G = res.grads;
-  G.dq = from_device(dq, nK, f32);
-  G.dk = from_device(dk, nK, f32);
-  G.dv = from_device(dv, nO, f32);
-  if (lay.channel_g) G.dg = from_device(dg, nK, f32);
-  if (lay.scalar_g) G.dg = from_device(dg, nTok, f32);
-  if (lay.has_bw) {
-    G.db = from_device(db, nK, f32);
-    G.dw = from_device(dw, nO, f32);
-  }
-  if (lay.has_beta) G.dbeta = from_device(dbeta, nTok, f32);
-  if (lay.has_lambda) G.dlambda = from_device(dlam, static_cast<size_t>(d.H), f32);
-  if (lay.has_r) G.dr = from_device(dr, static_cast<size_t>(d.H * d.K), f32);
-  G.dh0 = from_device(dh0, nS, f32);
+  grads.download(res.grads);
   res.has_grads = true;
   return res;
 }

@@ -76,6 +76,24 @@ struct DeviceProblem {
 };
 DeviceProblem upload_problem(const reference::Inputs<double>& in, DType dt);
 
+// Device buffers for every gradient the problem's variant has, poisoned with 0xFF bytes (NaN in
+// fp32, bf16 and fp16) so that an element a backward kernel does not write cannot pass a check;
+// per-token gradients in `dt`, dlambda, dr and dh0 in fp32. outputs() describes them for a
+// backward call; download() copies them into a Grads record after it.
+class DeviceGrads {
+ public:
+  DeviceGrads(const reference::Inputs<double>& in, DType dt);
+  GradOutputs outputs() const;
+  void download(reference::Grads<double>& G) const;
+
+ private:
+  reference::Dims d_;
+  reference::Layout lay_;
+  DType dt_;
+  size_t nK_, nV_, nTok_, nS_;
+  DeviceBuffer dq_, dk_, dv_, dg_, db_, dw_, dbeta_, dlam_, dr_, dh0_;
+};
+
 // Throws qed::Error with the status message when !s.ok().
 void throw_if_error(const Status& s);
 
