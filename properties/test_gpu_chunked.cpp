@@ -45,7 +45,6 @@ void check(const fixtures::GenSpec& g, DType dt) {
   }
 }
 
-
 TEST(GpuChunked, AllVariantsFp32) {
   REQUIRE_DEVICE();
   for (const auto& g : variant_sweep(base_seed())) check(g, DType::fp32);
@@ -56,33 +55,16 @@ TEST(GpuChunked, AllVariantsBf16) {
   for (const auto& g : variant_sweep(base_seed() + 1)) check(g, DType::bf16);
 }
 
-// MATH.md §10 regimes at K = V = 128, arms gdn2 and QED full / nogate_noproj at lambda = 1.
-std::vector<fixtures::GenSpec> regimes(int64_t T, uint64_t seed) {
-  std::vector<fixtures::GenSpec> out;
-  int i = 0;
-  for (Regime r : {Regime::std_, Regime::mixed, Regime::hard, Regime::a1b1, Regime::hard_corr})
-    for (auto [v, a] : std::vector<std::pair<Variant, Arm>>{
-             {Variant::gdn2, Arm::none}, {Variant::qed, Arm::full}, {Variant::qed, Arm::nogate_noproj}}) {
-      fixtures::GenSpec g;
-      g.variant = v;
-      g.arm = a;
-      g.dims = {1, T, 2, 128, 128};
-      g.regime = r;
-      g.lambda = 1.0;
-      g.seed = seed + static_cast<uint64_t>(i++) * 104729;
-      out.push_back(g);
-    }
-  return out;
-}
-
 TEST(GpuChunked, RegimesBf16T4096) {
   REQUIRE_DEVICE();
-  for (const auto& g : regimes(quick() ? 1000 : 4096, base_seed() + 2)) check(g, DType::bf16);
+  for (const auto& g : regime_sweep(quick() ? 1000 : 4096, 2, base_seed() + 2))
+    check(g, DType::bf16);
 }
 
 TEST(GpuChunked, RegimesFp32T1000) {
   REQUIRE_DEVICE();
-  for (const auto& g : regimes(quick() ? 300 : 1000, base_seed() + 3)) check(g, DType::fp32);
+  for (const auto& g : regime_sweep(quick() ? 300 : 1000, 2, base_seed() + 3))
+    check(g, DType::fp32);
 }
 
 TEST(GpuChunked, SequenceLengths) {

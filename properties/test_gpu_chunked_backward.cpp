@@ -48,13 +48,15 @@ Judged judge(const fixtures::GenSpec& g, DType dt, bool dht, bool expect = true)
   if (dt == DType::bf16) {
     reference::ChunkOptions opt;
     opt.operands = reference::Operands::bf16;
-    const auto t = reference::chunked_backward(reference::convert_inputs<float>(J.gpu.inputs),
-                                               reference::convert_cotangents<float>(J.gpu.cotangents), opt);
+    const auto t =
+        reference::chunked_backward(reference::convert_inputs<float>(J.gpu.inputs),
+                                    reference::convert_cotangents<float>(J.gpu.cotangents), opt);
     reference::Grads<double> td;
     td.dq = reference::convert<double>(t.dq), td.dk = reference::convert<double>(t.dk);
     td.dv = reference::convert<double>(t.dv), td.dg = reference::convert<double>(t.dg);
     td.db = reference::convert<double>(t.db), td.dw = reference::convert<double>(t.dw);
-    td.dbeta = reference::convert<double>(t.dbeta), td.dlambda = reference::convert<double>(t.dlambda);
+    td.dbeta = reference::convert<double>(t.dbeta),
+    td.dlambda = reference::convert<double>(t.dlambda);
     td.dr = reference::convert<double>(t.dr), td.dh0 = reference::convert<double>(t.dh0);
     const auto ft = cbt::fields(td), fe = cbt::fields(R.exact);
     for (size_t i = 0; i < J.checks.size(); ++i)
@@ -67,15 +69,15 @@ Judged judge(const fixtures::GenSpec& g, DType dt, bool dht, bool expect = true)
     line += buf;
     J.ok = J.ok && c.ok();
     if (expect) {
-      EXPECT_TRUE(c.ok()) << describe(g, dt) << " dht=" << dht << ": " << c.name << " relF = " << c.err
-                          << " > " << c.bound << " (twin32 " << c.twin32 << ", rec32 " << c.rec32 << ")";
+      EXPECT_TRUE(c.ok()) << describe(g, dt) << " dht=" << dht << ": " << c.name
+                          << " relF = " << c.err << " > " << c.bound << " (twin32 " << c.twin32
+                          << ", rec32 " << c.rec32 << ")";
     }
   }
-  std::printf("[%s] %s dht=%d |%s\n", dt == DType::fp32 ? "fp32" : "bf16", describe(g, dt).c_str(), dht,
-              line.c_str());
+  std::printf("[%s] %s dht=%d |%s\n", dt == DType::fp32 ? "fp32" : "bf16", describe(g, dt).c_str(),
+              dht, line.c_str());
   return J;
 }
-
 
 TEST(GpuChunkedBackward, AllVariantsFp32) {
   REQUIRE_DEVICE();
@@ -89,32 +91,16 @@ TEST(GpuChunkedBackward, AllVariantsBf16) {
   for (const auto& g : variant_sweep(base_seed() + 101)) judge(g, DType::bf16, i++ % 2 == 1);
 }
 
-std::vector<fixtures::GenSpec> regimes(int64_t T, uint64_t seed) {
-  std::vector<fixtures::GenSpec> out;
-  int i = 0;
-  for (Regime r : {Regime::std_, Regime::mixed, Regime::hard, Regime::a1b1, Regime::hard_corr})
-    for (auto [v, a] : std::vector<std::pair<Variant, Arm>>{
-             {Variant::gdn2, Arm::none}, {Variant::qed, Arm::full}, {Variant::qed, Arm::nogate_noproj}}) {
-      fixtures::GenSpec g;
-      g.variant = v;
-      g.arm = a;
-      g.dims = {1, T, 1, 128, 128};
-      g.regime = r;
-      g.lambda = 1.0;
-      g.seed = seed + static_cast<uint64_t>(i++) * 104729;
-      out.push_back(g);
-    }
-  return out;
-}
-
 TEST(GpuChunkedBackward, RegimesBf16T4096) {
   REQUIRE_DEVICE();
-  for (const auto& g : regimes(quick() ? 1000 : 4096, base_seed() + 102)) judge(g, DType::bf16, true);
+  for (const auto& g : regime_sweep(quick() ? 1000 : 4096, 1, base_seed() + 102))
+    judge(g, DType::bf16, true);
 }
 
 TEST(GpuChunkedBackward, RegimesFp32T1000) {
   REQUIRE_DEVICE();
-  for (const auto& g : regimes(quick() ? 300 : 1000, base_seed() + 103)) judge(g, DType::fp32, false);
+  for (const auto& g : regime_sweep(quick() ? 300 : 1000, 1, base_seed() + 103))
+    judge(g, DType::fp32, false);
 }
 
 TEST(GpuChunkedBackward, SequenceLengthsWithAndWithoutDht) {
@@ -163,7 +149,8 @@ TEST(GpuChunkedBackward, MatchesHostEmulation) {
       ASSERT_EQ(fg.size(), fe.size());
       for (size_t j = 0; j < fg.size(); ++j) {
         const double e = cbt::relF(*fg[j].second, *fe[j].second);
-        EXPECT_TRUE(e <= 1e-5) << describe(g, dt) << ": " << fg[j].first << " GPU vs host emulation relF " << e;
+        EXPECT_TRUE(e <= 1e-5) << describe(g, dt) << ": " << fg[j].first
+                               << " GPU vs host emulation relF " << e;
       }
     }
   }
@@ -190,7 +177,8 @@ TEST(GpuChunkedBackward, AgreesWithRecurrentKernel) {
       const double bound = J.checks[j].bound + cbt::relF(*fr[j].second, *fe[j].second) + kFloor;
       std::printf("[vs cuda-recurrent] %s %s: relF %.2e (bound %.2e)\n", describe(g, dt).c_str(),
                   fc[j].first.c_str(), e, bound);
-      EXPECT_TRUE(e <= bound) << describe(g, dt) << ": " << fc[j].first << " chunked vs recurrent kernel " << e;
+      EXPECT_TRUE(e <= bound) << describe(g, dt) << ": " << fc[j].first
+                              << " chunked vs recurrent kernel " << e;
     }
   }
 }
@@ -211,15 +199,18 @@ TEST(GpuChunkedBackward, BitwiseDeterministicThreeRuns) {
     const auto b = kernels::run_chunked_grads(in, &cot, DType::bf16);
     const auto fa = cbt::fields(a.grads), fb = cbt::fields(b.grads);
     for (size_t j = 0; j < fa.size(); ++j)
-      EXPECT_TRUE(std::memcmp(fa[j].second->data(), fb[j].second->data(), fa[j].second->size() * 8) == 0)
-          << describe(g, DType::bf16) << ": " << fa[j].first << " differs between run 0 and run " << run;
+      EXPECT_TRUE(
+          std::memcmp(fa[j].second->data(), fb[j].second->data(), fa[j].second->size() * 8) == 0)
+          << describe(g, DType::bf16) << ": " << fa[j].first << " differs between run 0 and run "
+          << run;
   }
 }
 
 TEST(GpuChunkedBackward, SteepDecaysStayFiniteAndAccurate) {
   REQUIRE_DEVICE();
   int i = 0;
-  for (auto [v, a] : std::vector<std::pair<Variant, Arm>>{{Variant::gdn2, Arm::none}, {Variant::qed, Arm::full}})
+  for (auto [v, a] :
+       std::vector<std::pair<Variant, Arm>>{{Variant::gdn2, Arm::none}, {Variant::qed, Arm::full}})
     for (DType dt : {DType::fp32, DType::bf16})
       for (bool uniform : {false, true}) {
         fixtures::GenSpec g;
@@ -234,13 +225,14 @@ TEST(GpuChunkedBackward, SteepDecaysStayFiniteAndAccurate) {
         for (auto& x : in.g) x = uniform ? -20.0 * rng.uniform() : -20.0;
         const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
         const auto r = kernels::run_chunked_grads(in, &cot, dt);
-        const auto checks = cbt::check_grads(r.grads, cbt::references(r.inputs, r.cotangents), kFactor, kFloor);
+        const auto checks =
+            cbt::check_grads(r.grads, cbt::references(r.inputs, r.cotangents), kFactor, kFloor);
         for (const auto& c : checks) {
           EXPECT_TRUE(std::isfinite(c.err)) << describe(g, dt) << ": " << c.name << " not finite";
           // bf16: the forward's 16-bit chunk states; 1e-3 is far below a wrong term.
           const double bound = dt == DType::fp32 ? c.bound : std::max(c.bound, 1e-3);
-          EXPECT_TRUE(c.err <= bound) << describe(g, dt) << (uniform ? " g~U[-20,0]" : " g=-20") << ": "
-                                      << c.name << " relF = " << c.err << " > " << bound;
+          EXPECT_TRUE(c.err <= bound) << describe(g, dt) << (uniform ? " g~U[-20,0]" : " g=-20")
+                                      << ": " << c.name << " relF = " << c.err << " > " << bound;
         }
       }
 }
@@ -258,7 +250,8 @@ TEST(GpuChunkedBackward, PoisonedGradientsFullyOverwritten) {
     const auto cot = fixtures::generate_cotangents(in, g.seed + 1, false);
     const auto r = kernels::run_chunked_grads(in, &cot, DType::bf16, DType::bf16);
     for (const auto& [n, p] : cbt::fields(r.grads))
-      EXPECT_TRUE(all_finite(*p)) << describe(g, DType::bf16) << ": " << n << " has unwritten elements";
+      EXPECT_TRUE(all_finite(*p)) << describe(g, DType::bf16) << ": " << n
+                                  << " has unwritten elements";
   }
 }
 
@@ -300,7 +293,9 @@ TEST(GpuChunkedBackward, ArgumentChecks) {
   p.do_.dtype = DType::fp32;
   s = kernels::chunked_backward_workspace(p, &bytes);
   EXPECT_EQ(s.code, kernels::StatusCode::invalid_argument) << s.message;
-  EXPECT_EQ(s.message, "chunked_backward: do_ dtype fp32 differs from q dtype bf16 (q, k, v, b, w, beta, do_ share one dtype)");
+  EXPECT_EQ(s.message,
+            "chunked_backward: do_ dtype fp32 differs from q dtype bf16 (q, k, v, b, w, beta, do_ "
+            "share one dtype)");
   p.do_.dtype = DType::bf16;
   p.grads.dv.dtype = DType::fp16;
   s = kernels::chunked_backward_workspace(p, &bytes);

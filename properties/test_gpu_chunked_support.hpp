@@ -21,9 +21,9 @@ using kernels::DType;
 using reference::Arm;
 using reference::Variant;
 
-#define REQUIRE_DEVICE()                                                     \
-  do {                                                                       \
-    const qed::kernels::Status st_ = qed::kernels::device_status();          \
+#define REQUIRE_DEVICE()                                                      \
+  do {                                                                        \
+    const qed::kernels::Status st_ = qed::kernels::device_status();           \
     if (!st_.ok()) GTEST_SKIP() << "skipped, no usable GPU: " << st_.message; \
   } while (0)
 
@@ -94,9 +94,10 @@ inline Result run_case(const fixtures::GenSpec& g, DType dt, bool with_cpu32,
 }
 
 inline std::vector<std::pair<Variant, Arm>> all_variants() {
-  return {{Variant::gdn2, Arm::none},  {Variant::qed, Arm::full}, {Variant::qed, Arm::nogate},
-          {Variant::qed, Arm::nogate_noproj}, {Variant::qed, Arm::rand},
-          {Variant::kda, Arm::none},   {Variant::gdn, Arm::none}, {Variant::deltanet, Arm::none}};
+  return {{Variant::gdn2, Arm::none},  {Variant::qed, Arm::full},
+          {Variant::qed, Arm::nogate}, {Variant::qed, Arm::nogate_noproj},
+          {Variant::qed, Arm::rand},   {Variant::kda, Arm::none},
+          {Variant::gdn, Arm::none},   {Variant::deltanet, Arm::none}};
 }
 
 // Sets an environment variable for one scope (the kernels' mutant hook reads it per call).
@@ -111,7 +112,8 @@ class ScopedEnv {
   const char* name_;
 };
 
-// Every variant and arm, four (K, V) pairs each, cycling K, V, T, B, H, h0, regime and one varlen packing each.
+// Every variant and arm, four (K, V) pairs each, cycling K, V, T, B, H, h0, regime and one varlen
+// packing each.
 inline std::vector<fixtures::GenSpec> variant_sweep(uint64_t seed) {
   const int64_t Ts[] = {1, 63, 64, 65, 200};
   using fixtures::Regime;
@@ -137,6 +139,28 @@ inline std::vector<fixtures::GenSpec> variant_sweep(uint64_t seed) {
       out.push_back(g);
     }
   }
+  return out;
+}
+
+// MATH.md §10 regimes at K = V = 128 with H heads, arms gdn2 and QED full / nogate_noproj at
+// lambda = 1.
+inline std::vector<fixtures::GenSpec> regime_sweep(int64_t T, int64_t H, uint64_t seed) {
+  using fixtures::Regime;
+  std::vector<fixtures::GenSpec> out;
+  int i = 0;
+  for (Regime r : {Regime::std_, Regime::mixed, Regime::hard, Regime::a1b1, Regime::hard_corr})
+    for (auto [v, a] : std::vector<std::pair<Variant, Arm>>{{Variant::gdn2, Arm::none},
+                                                            {Variant::qed, Arm::full},
+                                                            {Variant::qed, Arm::nogate_noproj}}) {
+      fixtures::GenSpec g;
+      g.variant = v;
+      g.arm = a;
+      g.dims = {1, T, H, 128, 128};
+      g.regime = r;
+      g.lambda = 1.0;
+      g.seed = seed + static_cast<uint64_t>(i++) * 104729;
+      out.push_back(g);
+    }
   return out;
 }
 
