@@ -101,13 +101,8 @@ Status check(const ChunkedBackwardParams& p) {
                        p.do_.stride_h};
   if (Status s = validate_output(kFn, "do_", pr, d); !s.ok()) return s;
   if (Status s = validate_state(kFn, "dht", p.dht); !s.ok()) return s;
-  if (pr.K != 64 && pr.K != 128)
-    return unsupported("K = " + std::to_string(pr.K) + " is not built (K must be 64 or 128)");
-  if (pr.V != 64 && pr.V != 128)
-    return unsupported("V = " + std::to_string(pr.V) + " is not built (V must be 64 or 128)");
+  if (Status s = chunked::check_built_sizes(kFn, pr, p.in.q.dtype); !s.ok()) return s;
   const DType dt = p.in.q.dtype;
-  if (dt != DType::bf16 && dt != DType::fp32)
-    return unsupported(std::string("q dtype ") + to_string(dt) + " (bf16 or fp32 only)");
   const std::pair<const SeqTensor*, const char*> same[] = {{&p.in.k, "k"},       {&p.in.v, "v"},
                                                            {&p.in.b, "b"},       {&p.in.w, "w"},
                                                            {&p.in.beta, "beta"}, {&p.do_, "do_"}};

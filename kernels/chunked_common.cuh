@@ -1,15 +1,34 @@
 // Device pieces shared by the two chunked-forward kernels: launch arguments, the split-bf16
 // tensor-core product (mma.sync m16n8k16, fp32 accumulation), and the workspace layout through
 // which the chunk-parallel pass (chunked_prep.cu) hands its matrices to the sequential state
-// pass (chunked_state.cu) in the exact register-fragment order the latter consumes.
+// pass (chunked_state.cu) in the exact register-fragment order the latter consumes; and the
+// host-side limits that the chunked forward and backward entry points share.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
+
+#include "kernels/api.hpp"
 
 namespace qed::kernels::chunked {
+
+// The limits both chunked entry points share (checked after the generic validate_* checks):
+// K and V in {64, 128}, q in bf16 or fp32. `fn` prefixes the message as every API message is.
+inline Status check_built_sizes(const char* fn, const Problem& pr, DType q_dtype) {
+  auto unsupported = [fn](const std::string& msg) -> Status {
+    return {StatusCode::unsupported, std::string(fn) + ": " + msg};
+  };
+  if (pr.K != 64 && pr.K != 128)
+    return unsupported("K = " + std::to_string(pr.K) + " is not built (K must be 64 or 128)");
+  if (pr.V != 64 && pr.V != 128)
+    return unsupported("V = " + std::to_string(pr.V) + " is not built (V must be 64 or 128)");
+  if (q_dtype != DType::bf16 && q_dtype != DType::fp32)
+    return unsupported(std::string("q dtype ") + to_string(q_dtype) + " (bf16 or fp32 only)");
+  return {};
+}
 
 constexpr int kC = 64;       // chunk size
 constexpr int kThreads = 128;  // both kernels: 4 warps

@@ -87,13 +87,8 @@ Status check(const ChunkedForwardParams& p) {
     if (Status s = validate_state(fn, "ht", p.ht); !s.ok()) return s;
   if (p.chunk_states.data)
     if (Status s = validate_state(fn, "chunk_states", p.chunk_states); !s.ok()) return s;
-  if (pr.K != 64 && pr.K != 128)
-    return unsupported("K = " + std::to_string(pr.K) + " is not built (K must be 64 or 128)");
-  if (pr.V != 64 && pr.V != 128)
-    return unsupported("V = " + std::to_string(pr.V) + " is not built (V must be 64 or 128)");
+  if (Status s = chunked::check_built_sizes(fn, pr, p.in.q.dtype); !s.ok()) return s;
   const DType dt = p.in.q.dtype;
-  if (dt != DType::bf16 && dt != DType::fp32)
-    return unsupported(std::string("q dtype ") + to_string(dt) + " (bf16 or fp32 only)");
   auto same = [&](const SeqTensor& t, const char* name) -> Status {
     if (t.data && t.dtype != dt)
       return bad(std::string(name) + " dtype " + to_string(t.dtype) + " differs from q dtype " +
