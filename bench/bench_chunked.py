@@ -51,37 +51,21 @@ class Chunked:
 
     def prepare(self, x, o, ht=None, cs=None, cu=None, o_dtype=BF16):
         """Returns a zero-argument launcher for inputs dict x (q k v g b w beta lam r h0)."""
-        q, v = x["q"], x["v"]
-        B, T, H, K = q.shape
-        V = v.shape[-1]
-        dt = FP32 if q.dtype == torch.float32 else BF16
-        g = x.get("g")
-        gdt = FP32 if (g is not None and g.dtype == torch.float32) else dt
-        N = 0 if cu is None else cu.numel() - 1
-        shape = (ctypes.c_int64 * 11)(VARIANT[x["variant"]], ARM[x["arm"]], B, T, H, K, V, dt, gdt,
-                                      o_dtype, N)
-        ts = [x.get(n) for n in ("q", "k", "v", "g", "b", "w", "beta", "lam", "r", "h0")]
+        shape, ts = self._problem(x, o_dtype, cu)
         ts += [o, ht, cs, cu, None]
-        ptrs = (ctypes.c_void_p * 15)(*[None if t is None else t.data_ptr() for t in ts])
-        nb = ctypes.c_uint64(0)
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        rc = self.f(shape, float(x["scale"]), ptrs, ctypes.byref(nb), 1, stream, self.err, 2048)
-        if rc != 0:
-            raise RuntimeError(f"workspace query: status {rc}: {self.err.value.decode()}")
-        if self.ws.numel() < nb.value:
-            self.ws = torch.empty(nb.value, dtype=torch.uint8, device=DEV)
-        ptrs[14] = self.ws.data_ptr()
-        nb2 = ctypes.c_uint64(self.ws.numel())
-        f, err = self.f, self.err
-
-        def run():
-            rc = f(shape, float(x["scale"]), ptrs, ctypes.byref(nb2), 0, stream, err, 2048)
-            if rc != 0:
-                raise RuntimeError(f"chunked_forward: status {rc}: {err.value.decode()}")
-        return run
+        return self._launcher(self.f, "chunked_forward", "ws", shape, x["scale"], ts, 14)
 
     def prepare_backward(self, x, do, grads, dht=None, cu=None, g_dtype=FP32):
         """Zero-argument launcher of chunked_backward; grads: dict of output tensors."""
+        shape, ts = self._problem(x, g_dtype, cu)
+        ts += [do, dht, cu, None]
+        ts += [grads.get(n) for n in ("dq", "dk", "dv", "dg", "db", "dw", "dbeta", "dlambda", "dr", "dh0")]
+        return self._launcher(self.fb, "chunked_backward", "wsb", shape, x["scale"], ts, 13)
+
+    @staticmethod
+    def _problem(x, out_dtype, cu):
+        """The C entry points' shape array ({variant, arm, B, T, H, K, V, dtype, g_dtype,
+        out_dtype, N}) and their first ten pointers (q k v g b w beta lambda r h0) for inputs x."""
         q, v = x["q"], x["v"]
         B, T, H, K = q.shape
         V = v.shape[-1]
@@ -90,26 +74,29 @@ class Chunked:
         gdt = FP32 if (g is not None and g.dtype == torch.float32) else dt
         N = 0 if cu is None else cu.numel() - 1
         shape = (ctypes.c_int64 * 11)(VARIANT[x["variant"]], ARM[x["arm"]], B, T, H, K, V, dt, gdt,
-                                      g_dtype, N)
-        ts = [x.get(n) for n in ("q", "k", "v", "g", "b", "w", "beta", "lam", "r", "h0")]
-        ts += [do, dht, cu, None]
-        ts += [grads.get(n) for n in ("dq", "dk", "dv", "dg", "db", "dw", "dbeta", "dlambda", "dr", "dh0")]
-        ptrs = (ctypes.c_void_p * 24)(*[None if t is None else t.data_ptr() for t in ts])
+                                      out_dtype, N)
+        return shape, [x.get(n) for n in ("q", "k", "v", "g", "b", "w", "beta", "lam", "r", "h0")]
+
+    def _launcher(self, fn, name, ws_attr, shape, scale, ts, ws_slot):
+        """Queries the workspace of C entry point fn, grows the buffer self.<ws_attr> to it, puts
+        it into pointer slot ws_slot and returns a zero-argument launcher of fn."""
+        ptrs = (ctypes.c_void_p * len(ts))(*[None if t is None else t.data_ptr() for t in ts])
         nb = ctypes.c_uint64(0)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        rc = self.fb(shape, float(x["scale"]), ptrs, ctypes.byref(nb), 1, stream, self.err, 2048)
+        rc = fn(shape, float(scale), ptrs, ctypes.byref(nb), 1, stream, self.err, 2048)
         if rc != 0:
-            raise RuntimeError(f"backward workspace query: status {rc}: {self.err.value.decode()}")
-        if self.wsb.numel() < nb.value:
-            self.wsb = torch.empty(nb.value, dtype=torch.uint8, device=DEV)
-        ptrs[13] = self.wsb.data_ptr()
-        nb2 = ctypes.c_uint64(self.wsb.numel())
-        fb, err = self.fb, self.err
+            raise RuntimeError(f"{name} workspace query: status {rc}: {self.err.value.decode()}")
+        if getattr(self, ws_attr).numel() < nb.value:
+            setattr(self, ws_attr, torch.empty(nb.value, dtype=torch.uint8, device=DEV))
+        ws = getattr(self, ws_attr)
+        ptrs[ws_slot] = ws.data_ptr()
+        nb2 = ctypes.c_uint64(ws.numel())
+        err = self.err
 
         def run():
-            rc = fb(shape, float(x["scale"]), ptrs, ctypes.byref(nb2), 0, stream, err, 2048)
+            rc = fn(shape, float(scale), ptrs, ctypes.byref(nb2), 0, stream, err, 2048)
             if rc != 0:
-                raise RuntimeError(f"chunked_backward: status {rc}: {err.value.decode()}")
+                raise RuntimeError(f"{name}: status {rc}: {err.value.decode()}")
         return run
 
     def grad_buffers(self, x, N, g_dtype=torch.float32):
