@@ -1,26 +1,23 @@
-# CUDA chunked forward: compute-sanitizer memcheck, racecheck and initcheck over a quick subset
-# of its GPU tests (small packed cases with empty sequences and partial chunks), labelled
+# CUDA chunked forward and backward: compute-sanitizer memcheck, racecheck and initcheck over a
+# quick subset of their GPU tests, labelled
 # `gpu;sanitizer` like properties/cuda.cmake's recurrent ones.
 find_program(QED_COMPUTE_SANITIZER_CHUNKED compute-sanitizer HINTS /usr/local/cuda/bin)
-if(QED_COMPUTE_SANITIZER_CHUNKED AND TARGET test_gpu_chunked_props)
-  foreach(_tool memcheck racecheck initcheck)
-    add_test(NAME test_gpu_chunked_props_${_tool}
-             COMMAND ${QED_COMPUTE_SANITIZER_CHUNKED} --tool ${_tool} --error-exitcode 1
-                     $<TARGET_FILE:test_gpu_chunked_props>
-                     --gtest_filter=GpuChunkedProps.PoisonedOutputsFullyOverwritten:GpuChunkedProps.PackedEqualsSeparateAndDeterministic)
-    set_tests_properties(test_gpu_chunked_props_${_tool} PROPERTIES LABELS "gpu;sanitizer"
-                         ENVIRONMENT "QED_GPU_QUICK=1" TIMEOUT 1200)
-  endforeach()
-endif()
-# CUDA chunked backward: the same three tools over its small packed cases (empty sequences,
-# partial chunks, every variant) and the determinism check.
-if(QED_COMPUTE_SANITIZER_CHUNKED AND TARGET test_gpu_chunked_backward)
-  foreach(_tool memcheck racecheck initcheck)
-    add_test(NAME test_gpu_chunked_backward_${_tool}
-             COMMAND ${QED_COMPUTE_SANITIZER_CHUNKED} --tool ${_tool} --error-exitcode 1
-                     $<TARGET_FILE:test_gpu_chunked_backward>
-                     --gtest_filter=GpuChunkedBackward.PoisonedGradientsFullyOverwritten:GpuChunkedBackward.BitwiseDeterministicThreeRuns)
-    set_tests_properties(test_gpu_chunked_backward_${_tool} PROPERTIES LABELS "gpu;sanitizer"
-                         ENVIRONMENT "QED_GPU_QUICK=1" TIMEOUT 1200)
-  endforeach()
-endif()
+# The forward's small packed cases (empty sequences, partial chunks) and the backward's (every
+# variant) with its determinism check: target, then the gtest filter.
+set(_qed_chunked_sanitized
+  test_gpu_chunked_props
+  "GpuChunkedProps.PoisonedOutputsFullyOverwritten:GpuChunkedProps.PackedEqualsSeparateAndDeterministic"
+  test_gpu_chunked_backward
+  "GpuChunkedBackward.PoisonedGradientsFullyOverwritten:GpuChunkedBackward.BitwiseDeterministicThreeRuns")
+while(_qed_chunked_sanitized)
+  list(POP_FRONT _qed_chunked_sanitized _target _filter)
+  if(QED_COMPUTE_SANITIZER_CHUNKED AND TARGET ${_target})
+    foreach(_tool memcheck racecheck initcheck)
+      add_test(NAME ${_target}_${_tool}
+               COMMAND ${QED_COMPUTE_SANITIZER_CHUNKED} --tool ${_tool} --error-exitcode 1
+                       $<TARGET_FILE:${_target}> --gtest_filter=${_filter})
+      set_tests_properties(${_target}_${_tool} PROPERTIES LABELS "gpu;sanitizer"
+                           ENVIRONMENT "QED_GPU_QUICK=1" TIMEOUT 1200)
+    endforeach()
+  endif()
+endwhile()
