@@ -108,6 +108,14 @@ RunOptions subject_run_options(const Subject& s, int threads) {
   return r;
 }
 
+void probe_runs_here(const RunOptions& run, const std::string& case_dtype) {
+  CellSpec tiny;
+  tiny.T = 8;
+  tiny.H = 1;
+  tiny.K = tiny.V = 64;  // every CUDA kernel is built for 64 (not for tiny sizes such as 4)
+  (void)run_implementation(certify_case(tiny, 0, case_dtype), run);
+}
+
 std::vector<Subject> requested_subjects(const CertifyOptions& o) {
   std::vector<std::string> impls = o.impls;
   if (impls.empty()) impls = implementation_names();
@@ -131,11 +139,7 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
   std::vector<Subject> subjects;
   for (const Subject& s : requested_subjects(opt)) {
     try {
-      CellSpec tiny;
-      tiny.T = 8;
-      tiny.H = 1;
-      tiny.K = tiny.V = 4;
-      (void)run_implementation(certify_case(tiny, 0, s.case_dtype()), subject_run_options(s, 1));
+      probe_runs_here(subject_run_options(s, 1), s.case_dtype());
       subjects.push_back(s);
     } catch (const qed::Error& e) {
       sum.skipped.push_back(s.name() + ": " + e.what());

@@ -53,6 +53,10 @@ CertifySummary run_certify(const CertifyOptions& options, std::FILE* log);
 
 // The run options of a subject's implementation.
 RunOptions subject_run_options(const Subject& s, int threads);
+// Throws qed::Error (with the implementation's reason) when `run` cannot execute on this machine:
+// a CUDA implementation without a device. Runs a tiny case (T = 8, H = 1, K = V = 64: a head
+// size every kernel is built for).
+void probe_runs_here(const RunOptions& run, const std::string& case_dtype);
 // The subjects an options set asks for (before probing for devices).
 std::vector<Subject> requested_subjects(const CertifyOptions& options);
 

@@ -54,11 +54,7 @@ GateResult run_gate(const GateOptions& o, std::FILE* log) {
     // A CUDA certificate on a machine without a device: skipped with the reason, unless
     // --require-all (the device job) makes that a failure.
     try {
-      CellSpec tiny;
-      tiny.T = 8;
-      tiny.H = 1;
-      tiny.K = tiny.V = 4;
-      (void)run_implementation(certify_case(tiny, 0, cert.subject.case_dtype()), run);
+      probe_runs_here(run, cert.subject.case_dtype());
     } catch (const qed::Error& e) {
       res.notes.push_back(fmt::format("{}: {} cannot run here ({}): {}", path, run_text(run),
                                       e.what(),
