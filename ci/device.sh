@@ -111,8 +111,12 @@ if [[ -x $QC && ${QED_DEVICE_QEDCHECK:-1} != 0 ]]; then
     timeout 300 "$QC" gate "${gate_certs[@]}" --require-all --threads "$JOBS" -q "${bench[@]}" >>"$OUT/gate.log" 2>&1
     qc_status+="gate($base) rc=$?; "
   done
+  # The device tool brings back no file whose name holds '+' (cuda-chunked+bf16.json): pack them.
+  if compgen -G "$OUT/certificates/*" >/dev/null; then
+    tar -C "$OUT" -cf "$OUT/certificates.tar" certificates && rm -rf "$OUT/certificates"
+  fi
   if python3 -c "import fla" >/dev/null 2>&1; then
-    PYTHONUNBUFFERED=1 timeout "${QED_DEVICE_FLA_BUDGET:-420}" python3 "$ROOT/examples/python/dump_fla_gdn2.py" \
+    PYTHONUNBUFFERED=1 timeout "${QED_DEVICE_FLA_BUDGET:-400}" python3 "$ROOT/examples/python/dump_fla_gdn2.py" \
       --out "$OUT/fla_chunk_gdn2.h5" >"$OUT/fla_dump.log" 2>&1
     qc_status+="fla dump rc=$?; "
     if [[ -f $OUT/fla_chunk_gdn2.h5 ]]; then
