@@ -57,7 +57,7 @@ int run_bench(BenchCli& o) {
   return 0;
 }
 
-const RegisterVerb reg(90, [](CLI::App& app, Action& action) {
+const RegisterVerb register_bench(90, [](CLI::App& app, Action& action) {
   auto o = std::make_shared<BenchCli>();
   CLI::App* sub = app.add_subcommand("bench", "Time an implementation on a generated case");
   sub->add_option("--impl", o->run.impl, "implementation (see run --help)")->capture_default_str();

@@ -47,7 +47,7 @@ int run_certify_verb(CertifyCli& c) {
   return 0;
 }
 
-const RegisterVerb reg(40, [](CLI::App& app, Action& action) {
+const RegisterVerb register_certify(40, [](CLI::App& app, Action& action) {
   auto c = std::make_shared<CertifyCli>();
   CLI::App* sub = app.add_subcommand(
       "certify", "Measure error envelopes against the oracle and write certificates (resumable)");

@@ -106,7 +106,7 @@ int run_fuzz(const FuzzCli& o) {
   return r.failed > 0 ? 1 : 0;
 }
 
-const RegisterVerb reg(40, [](CLI::App& app, Action& action) {
+const RegisterVerb register_fuzz(40, [](CLI::App& app, Action& action) {
   auto o = std::make_shared<FuzzCli>();
   CLI::App* sub = app.add_subcommand(
       "fuzz",

@@ -31,7 +31,7 @@ int run_gate_verb(GateCli& c) {
   return r.pass ? 0 : 1;
 }
 
-const RegisterVerb reg(45, [](CLI::App& app, Action& action) {
+const RegisterVerb register_gate(45, [](CLI::App& app, Action& action) {
   auto c = std::make_shared<GateCli>();
   CLI::App* sub = app.add_subcommand(
       "gate", "CI regression gate: re-measure certified cells, exactness properties, benchmarks");

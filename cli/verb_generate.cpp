@@ -68,7 +68,7 @@ int run_generate(const GenerateCli& o) {
   return 0;
 }
 
-const RegisterVerb reg(5, [](CLI::App& app, Action& action) {
+const RegisterVerb register_generate(5, [](CLI::App& app, Action& action) {
   auto o = std::make_shared<GenerateCli>();
   CLI::App* sub = app.add_subcommand("generate", "Write a deterministic random case file");
   sub->add_option("-o,--output", o->output, "case file to write")->required();

@@ -279,7 +279,7 @@ int run_golden(const GoldenCli& opt) {
   return 0;
 }
 
-const RegisterVerb reg(60, [](CLI::App& app, Action& action) {
+const RegisterVerb register_golden(60, [](CLI::App& app, Action& action) {
   auto opt = std::make_shared<GoldenCli>();
   CLI::App* sub = app.add_subcommand(
       "golden", "Rebuild the golden corpus (seeded and hand-built cases, oracle to 30 digits) "

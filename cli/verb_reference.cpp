@@ -58,7 +58,7 @@ int run_reference(const ReferenceOptions& opt) {
   return 0;
 }
 
-const RegisterVerb reg(10, [](CLI::App& app, Action& action) {
+const RegisterVerb register_reference(10, [](CLI::App& app, Action& action) {
   auto opt = std::make_shared<ReferenceOptions>();
   CLI::App* sub = app.add_subcommand(
       "reference",

@@ -120,7 +120,7 @@ int run_report(const ReportCli& o) {
   return 0;
 }
 
-const RegisterVerb reg(50, [](CLI::App& app, Action& action) {
+const RegisterVerb register_report(50, [](CLI::App& app, Action& action) {
   auto o = std::make_shared<ReportCli>();
   CLI::App* sub = app.add_subcommand(
       "report", "Markdown and self-contained HTML report (plots) from certificates and benchmarks");

@@ -28,7 +28,7 @@ int run_run(RunCli& opt) {
   return 0;
 }
 
-const RegisterVerb reg(20, [](CLI::App& app, Action& action) {
+const RegisterVerb register_run(20, [](CLI::App& app, Action& action) {
   auto opt = std::make_shared<RunCli>();
   CLI::App* sub = app.add_subcommand(
       "run", "Run one implementation (CPU reference or CUDA kernel) on a case and write its results");

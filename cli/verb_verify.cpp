@@ -66,7 +66,7 @@ int run_verify(const VerifyCli& opt) {
   }
 }
 
-const RegisterVerb reg(30, [](CLI::App& app, Action& action) {
+const RegisterVerb register_verify(30, [](CLI::App& app, Action& action) {
   auto opt = std::make_shared<VerifyCli>();
   CLI::App* sub = app.add_subcommand(
       "verify",

@@ -36,7 +36,9 @@ inline const std::vector<std::pair<Variant, Arm>>& all_variants() {
   return v;
 }
 inline std::string name_of(Variant v, Arm a) {
-  return std::string(to_string(v)) + (v == Variant::qed ? "/" + std::string(to_string(a)) : "");
+  std::string s(to_string(v));
+  if (v == Variant::qed) s.append("/").append(to_string(a));
+  return s;
 }
 
 // max|x - y| / max|y| (max|x| when y is all zero), evaluated in S.

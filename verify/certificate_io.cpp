@@ -34,7 +34,7 @@ std::string read_all(const std::string& path, bool& exists) {
   return ss.str();
 }
 
-std::string trim(std::string s) {
+std::string trim_line(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   size_t i = 0;
   while (i < s.size() && s[i] == ' ') ++i;
@@ -108,7 +108,7 @@ std::vector<CellResult> journal_read(const std::string& path, const Subject& sub
   int lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
-    line = trim(line);
+    line = trim_line(line);
     if (line.empty()) continue;
     try {
       const auto j = nlohmann::json::parse(line);
@@ -143,7 +143,7 @@ Machine this_machine() {
   while (std::getline(cpuinfo, line)) {
     if (line.rfind("model name", 0) == 0) {
       const auto colon = line.find(':');
-      if (colon != std::string::npos) m.cpu = trim(line.substr(colon + 1));
+      if (colon != std::string::npos) m.cpu = trim_line(line.substr(colon + 1));
       break;
     }
   }
@@ -159,7 +159,7 @@ std::string git_commit_or_unknown() {
   std::string out;
   while (std::fgets(buf, sizeof buf, p)) out += buf;
   const int rc = ::pclose(p);
-  out = trim(out);
+  out = trim_line(out);
   if (rc != 0 || out.size() != 40) return "unknown";
   return out;
 }

@@ -58,13 +58,6 @@ std::vector<std::pair<std::string, std::vector<mpfr_float>>> evaluate(const Tiny
   return out;
 }
 
-const fixtures::Dataset* find_result(const fixtures::Case& c, const std::string& name) {
-  for (const auto* group : {&c.outputs, &c.grads}) {
-    const auto it = group->find(name);
-    if (it != group->end()) return &it->second;
-  }
-  return nullptr;
-}
 
 }  // namespace
 
@@ -140,7 +133,8 @@ ExactCheck exact_lambda0_is_gdn2(const RunOptions& qed_run, const RunOptions& gd
   double worst = 0;
   std::string where = "-";
   int64_t differing = 0, compared = 0;
-  for (const std::string name : {"o", "ht", "dq", "dk", "dv", "dg", "db", "dw", "dh0"}) {
+  for (const std::string name : {"outputs/o", "outputs/ht", "grads/dq", "grads/dk", "grads/dv", "grads/dg",
+                                  "grads/db", "grads/dw", "grads/dh0"}) {
     const auto* a = find_result(oq, name);
     const auto* b = find_result(og, name);
     if (!a || !b) continue;

@@ -22,12 +22,6 @@ void round_all(std::vector<double>& x, const reference::BinaryFormat& f) {
   for (auto& e : x) e = reference::round_to_format(e, f);
 }
 
-const fixtures::Dataset* find_result(const fixtures::Case& c, const std::string& name) {
-  const bool out = name.rfind("outputs/", 0) == 0;
-  const auto& group = out ? c.outputs : c.grads;
-  const auto it = group.find(name.substr(name.find('/') + 1));
-  return it == group.end() ? nullptr : &it->second;
-}
 
 // The double oracle checked against float128 on the same inputs: per dataset the element-wise
 // certified digits (the rule of reference/oracle.hpp: agreement relative to each element, floored

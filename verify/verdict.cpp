@@ -19,12 +19,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-const fixtures::Dataset* find_result(const fixtures::Case& c, const std::string& name) {
-  const bool out = name.rfind("outputs/", 0) == 0;
-  const auto& group = out ? c.outputs : c.grads;
-  auto it = group.find(name.substr(name.find('/') + 1));
-  return it == group.end() ? nullptr : &it->second;
-}
 
 // The candidate's results in result_names order; throws for anything that cannot be judged.
 std::vector<std::string> candidate_results(const fixtures::Case& c, const std::string& where) {
