@@ -11,13 +11,16 @@
 # QED_DEVICE_TEST_REGEX (ctest -R filter), QED_DEVICE_BENCH_GLOB (bench_*.py),
 # QED_DEVICE_TEST_TIMEOUT (s per ctest test, 600), QED_GTEST_SOURCE (googletest sources when
 # GoogleTest is not installed; default .devdeps/googletest), QED_DEVICE_QEDCHECK=0 (skip the
-# qedcheck stage below).
+# qedcheck stage below), QED_DEVICE_CERTIFY=0 / QED_DEVICE_FLA=0 (skip its certification / its
+# chunk_gdn2 verdict).
 # The peer: flash-linear-attention is installed from the wheels in .whl/ (carry it) into
 # /tmp/qed-site when `import fla` fails. qedcheck itself: when .devbundle/ is carried
 # (ci/device_bundle.sh packs the CUDA-enabled binary built on the CPU machine), the script also
 # certifies the CUDA kernels (`certify --quick`, into $OUT/certificates), runs the GPU gate
-# (every certificate, --require-all, the fresh benchmark tables against reports/bench/) and judges
-# chunk_gdn2 with `qedcheck verify` (examples/python/dump_fla_gdn2.py; $OUT/fla_verdict.*).
+# (every certificate, --require-all, the fresh benchmark tables against reports/bench/), replays
+# the golden corpus against both CUDA kernels in fp32 and bf16 (`qedcheck golden --replay`;
+# $OUT/golden_replay.log; QED_DEVICE_GOLDEN=0 skips it) and judges chunk_gdn2 with
+# `qedcheck verify` (examples/python/dump_fla_gdn2.py; $OUT/fla_verdict.*).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/out-device}
@@ -95,9 +98,11 @@ qc_status="skipped (no .devbundle)"
 if [[ -x $QC && ${QED_DEVICE_QEDCHECK:-1} != 0 ]]; then
   qc_status=""
   mkdir -p "$OUT/certificates"
-  timeout "${QED_DEVICE_CERTIFY_BUDGET:-300}" "$QC" certify --impl cuda-recurrent cuda-chunked --quick \
-    --out "$OUT/certificates" --threads "$JOBS" >"$OUT/certify.log" 2>&1
-  qc_status+="certify rc=$?; "
+  if [[ ${QED_DEVICE_CERTIFY:-1} != 0 ]]; then
+    timeout "${QED_DEVICE_CERTIFY_BUDGET:-300}" "$QC" certify --impl cuda-recurrent cuda-chunked --quick \
+      --out "$OUT/certificates" --threads "$JOBS" >"$OUT/certify.log" 2>&1
+    qc_status+="certify rc=$?; "
+  fi
   gate_certs=()
   for c in "$ROOT"/reports/certificates/*.json "$OUT"/certificates/*.json; do
     [[ -e $c ]] && gate_certs+=(--certificate "$c")
@@ -111,11 +116,26 @@ if [[ -x $QC && ${QED_DEVICE_QEDCHECK:-1} != 0 ]]; then
     timeout 300 "$QC" gate "${gate_certs[@]}" --require-all --threads "$JOBS" -q "${bench[@]}" >>"$OUT/gate.log" 2>&1
     qc_status+="gate($base) rc=$?; "
   done
+  # The golden corpus replayed against every CUDA kernel, fp32 and bf16 inputs (head sizes the
+  # kernels are not built for run zero-padded, verify/head_padding.hpp).
+  if [[ ${QED_DEVICE_GOLDEN:-1} != 0 ]]; then
+    : >"$OUT/golden_replay.log"
+    for impl in cuda-recurrent cuda-chunked; do
+      for dt in fp32 bf16; do
+        echo "== $impl $dt" >>"$OUT/golden_replay.log"
+        timeout 300 "$QC" golden --replay "$ROOT/fixtures/golden" --impl "$impl" --dtype "$dt" --threads "$JOBS" \
+          --json "$OUT/golden_${impl}_${dt}.json" >>"$OUT/golden_replay.log" 2>&1
+        qc_status+="golden($impl,$dt) rc=$?; "
+      done
+    done
+  fi
   # The device tool brings back no file whose name holds '+' (cuda-chunked+bf16.json): pack them.
   if compgen -G "$OUT/certificates/*" >/dev/null; then
     tar -C "$OUT" -cf "$OUT/certificates.tar" certificates && rm -rf "$OUT/certificates"
   fi
-  if python3 -c "import fla" >/dev/null 2>&1; then
+  if [[ ${QED_DEVICE_FLA:-1} == 0 ]]; then
+    qc_status+="fla verdict skipped; "
+  elif python3 -c "import fla" >/dev/null 2>&1; then
     PYTHONUNBUFFERED=1 timeout "${QED_DEVICE_FLA_BUDGET:-400}" python3 "$ROOT/examples/python/dump_fla_gdn2.py" \
       --out "$OUT/fla_chunk_gdn2.h5" >"$OUT/fla_dump.log" 2>&1
     qc_status+="fla dump rc=$?; "
@@ -152,6 +172,11 @@ fi
 if [[ -s $OUT/gate.log ]]; then
   say ""
   grep -E "^(==|gate|PASS|FAIL|REGRESS)|^\|" "$OUT/gate.log" | head -60 | tee -a "$SUMMARY"
+fi
+if [[ -s $OUT/golden_replay.log ]]; then
+  say ""
+  say "golden corpus replayed against the CUDA kernels:"
+  grep -E "^replay (PASS|FAIL)|error" "$OUT/golden_replay.log" | tee -a "$SUMMARY"
 fi
 if [[ -s $OUT/fla_verdict.txt ]]; then
   say ""

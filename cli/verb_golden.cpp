@@ -13,11 +13,13 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "cli/output_path.hpp"
 #include "cli/verbs.hpp"
 #include "fixtures/case.hpp"
 #include "fixtures/generate.hpp"
 #include "verify/compare_golden.hpp"
 #include "verify/evaluate.hpp"
+#include "verify/golden_replay.hpp"
 #include "verify/verdict.hpp"
 
 namespace qed::cli {
@@ -217,11 +219,52 @@ std::vector<std::string> differences(const fixtures::Case& want, const fixtures:
 struct GoldenCli {
   std::string out, check, only;
   int threads = 0;
+  // --replay DIR: run an implementation on every case and judge it with verify.
+  std::string replay, precision = "double", tolerance, json;
+  verify::RunOptions run;
 };
 
-int run_golden(const GoldenCli& opt) {
+// One line per case, then a summary; exit 1 when any case fails its budget.
+int run_replay(GoldenCli& opt) {
+  opt.run.precision = reference::parse_precision(opt.precision);
+  opt.run.threads = opt.threads;
+  if (!opt.json.empty()) check_output_path(opt.json, "", true);
+  const std::string budget =
+      opt.tolerance.empty() ? (std::filesystem::path(opt.replay) / verify::default_replay_budget(opt.run)).string()
+                            : opt.tolerance;
+  std::string what = opt.run.impl;
+  if (opt.run.impl.rfind("cuda-", 0) == 0) what += " dtype=" + opt.run.dtype;
+  else what += " " + opt.run.precision.name() + (opt.run.operands != "none" ? " operands=" + opt.run.operands : "");
+  fmt::print("replaying {} with {} (budget {})\n", opt.replay, what, budget);
+  const auto rows = verify::replay_golden(opt.replay, opt.run, budget);
+  fmt::print("{:<30} {:<6} {:>8} {:>12}  {:<14} {:<7} {:>6}\n", "case", "result", "score", "rel_frob",
+             "worst dataset", "oracle", "s");
+  int failed = 0;
+  double worst = 0;
+  nlohmann::json j = {{"schema", "qedcheck.golden_replay/1"}, {"corpus", opt.replay}, {"implementation", what},
+                      {"budget", budget}, {"cases", nlohmann::json::array()}};
+  for (const auto& r : rows) {
+    failed += r.pass ? 0 : 1;
+    worst = std::max(worst, r.worst_score);
+    fmt::print("{:<30} {:<6} {:>8.3g} {:>12.3e}  {:<14} {:<7} {:>6.2f}\n", r.name, r.pass ? "PASS" : "FAIL",
+               r.worst_score, r.worst_rel_frobenius, r.worst_dataset, r.reference_source, r.seconds);
+    j["cases"].push_back({{"name", r.name}, {"pass", r.pass}, {"worst_score", r.worst_score},
+                          {"worst_dataset", r.worst_dataset}, {"worst_rel_frobenius", r.worst_rel_frobenius},
+                          {"reference", r.reference_source}, {"datasets", r.datasets}, {"seconds", r.seconds}});
+  }
+  fmt::print("replay {}: {} of {} cases within budget, worst score {:.3f} ({})\n", failed == 0 ? "PASS" : "FAIL",
+             rows.size() - failed, rows.size(), worst, what);
+  j["pass"] = failed == 0;
+  j["worst_score"] = worst;
+  if (!opt.json.empty()) verify::write_json_atomic(opt.json, j);
+  return failed == 0 ? 0 : 1;
+}
+
+int run_golden(GoldenCli& opt) {
   namespace fs = std::filesystem;
-  if (opt.out.empty() && opt.check.empty()) throw qed::Error("golden: give --out DIR and/or --check DIR");
+  if (!opt.replay.empty()) return run_replay(opt);
+  if (opt.out.empty() && opt.check.empty())
+    throw qed::Error("golden: give --out DIR and/or --check DIR, or --replay DIR");
   if (!opt.out.empty()) fs::create_directories(opt.out);
   nlohmann::json manifest = {{"schema", "qedcheck.golden/1"},
                              {"digits", kGoldenDigits},
@@ -289,6 +332,26 @@ const RegisterVerb register_golden(60, [](CLI::App& app, Action& action) {
   sub->add_option("--check", opt->check, "corpus folder to compare with a fresh build");
   sub->add_option("--only", opt->only, "build just the case of this name (no manifest)");
   sub->add_option("--threads", opt->threads, "worker threads (0: all cores)")->check(CLI::Range(0, 4096));
+  CLI::Option* replay = sub->add_option(
+      "--replay", opt->replay,
+      "corpus folder to replay: run --impl on every case and judge it with verify against the "
+      "corpus' budget (exit 1 when a case fails)");
+  replay->excludes(sub->get_option("--out"))->excludes(sub->get_option("--check"))->excludes(sub->get_option("--only"));
+  sub->add_option("--impl", opt->run.impl,
+                  "--replay: reference-recurrent | reference-chunked | cuda-recurrent | cuda-chunked")
+      ->capture_default_str();
+  sub->add_option("--precision", opt->precision, "--replay, CPU references: float | double | float128 | mpfr:BITS")
+      ->capture_default_str();
+  sub->add_option("--operands", opt->run.operands, "--replay, reference-chunked: none | fp32 | bf16 | fp16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp32", "bf16", "fp16"}));
+  sub->add_option("--dtype", opt->run.dtype, "--replay, CUDA kernels: fp32 | bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--tolerance", opt->tolerance,
+                  "--replay: budget file (default: the corpus' replay_float64.json, replay_float32.json "
+                  "or replay_bf16.json, by precision, operands or dtype)");
+  sub->add_option("--json", opt->json, "--replay: write the per-case results as JSON");
   sub->callback([opt, &action] { action = [opt] { return run_golden(*opt); }; });
 });
 

@@ -1,8 +1,11 @@
 #include "verify/implementations.hpp"
 
+#include <optional>
+
 #include "reference/chunked.hpp"
 #include "reference/recurrent.hpp"
 #include "verify/evaluate.hpp"
+#include "verify/head_padding.hpp"
 
 #ifdef QEDCHECK_HAVE_CUDA
 #include "kernels/chunked_host.hpp"
@@ -105,31 +108,38 @@ fixtures::Case run_implementation(const fixtures::Case& c, const RunOptions& opt
   if (opt.impl == "cuda-recurrent" || opt.impl == "cuda-chunked") {
     const kernels::DType dt = parse_dtype(opt.dtype);
     out.dtype = case_dtype(dt);
-    if (opt.impl == "cuda-recurrent") {
-      kernels::HostRun r = kernels::run_recurrent(
-          c.inputs, c.cotangents ? &*c.cotangents : nullptr, dt);
-      out.inputs = r.inputs;
-      if (c.cotangents) out.cotangents = r.cotangents;
-      store_plain("outputs/o", r.outputs.o, out);
-      store_plain("outputs/ht", r.outputs.ht, out);
-      if (r.has_grads)
+    // Head sizes the kernel is not built for run zero-padded (verify/head_padding.hpp: exact).
+    const reference::Dims d = c.inputs.dims;
+    const HeadSizes run_at = built_head_sizes(opt.impl, d.K, d.V);
+    const bool padded = run_at.K != d.K || run_at.V != d.V;
+    const reference::Inputs<double> in = padded ? resize_heads(c.inputs, run_at.K, run_at.V) : c.inputs;
+    std::optional<reference::Cotangents<double>> cot;
+    if (c.cotangents) cot = padded ? resize_heads(*c.cotangents, c.inputs, run_at.K, run_at.V) : *c.cotangents;
+    const auto finish = [&](const auto& r) {
+      // Back to the case's sizes (resize_heads with the padded problem as the layout).
+      out.inputs = padded ? resize_heads(r.inputs, d.K, d.V) : r.inputs;
+      if (c.cotangents) out.cotangents = padded ? resize_heads(r.cotangents, r.inputs, d.K, d.V) : r.cotangents;
+      const reference::Outputs<double> o = padded ? resize_heads(r.outputs, r.inputs, d.K, d.V) : r.outputs;
+      store_plain("outputs/o", o.o, out);
+      store_plain("outputs/ht", o.ht, out);
+      if (r.has_grads) {
+        const reference::Grads<double> g = padded ? resize_heads(r.grads, r.inputs, d.K, d.V) : r.grads;
         for (auto& name : grad_names(c.inputs.variant, c.inputs.arm))
-          store_plain("grads/" + name, grad_field(r.grads, name), out);
+          store_plain("grads/" + name, grad_field(g, name), out);
+      }
+    };
+    if (opt.impl == "cuda-recurrent") {
+      finish(kernels::run_recurrent(in, cot ? &*cot : nullptr, dt));
     } else {
       if (opt.chunk != 64)
         throw qed::Error("cuda-chunked: chunk size " + std::to_string(opt.chunk) +
                          " is not supported (the kernel uses 64)");
-      kernels::ChunkedHostRun r =
-          kernels::run_chunked_grads(c.inputs, c.cotangents ? &*c.cotangents : nullptr, dt);
-      out.inputs = r.inputs;
-      if (c.cotangents) out.cotangents = r.cotangents;
-      store_plain("outputs/o", r.outputs.o, out);
-      store_plain("outputs/ht", r.outputs.ht, out);
-      if (r.has_grads)
-        for (auto& name : grad_names(c.inputs.variant, c.inputs.arm))
-          store_plain("grads/" + name, grad_field(r.grads, name), out);
+      finish(kernels::run_chunked_grads(in, cot ? &*cot : nullptr, dt));
     }
     out.producer = "qedcheck " + opt.impl + " dtype=" + opt.dtype;
+    if (padded)
+      out.producer += " (run at K=" + std::to_string(run_at.K) + " V=" + std::to_string(run_at.V) +
+                      ", zero-padded from K=" + std::to_string(d.K) + " V=" + std::to_string(d.V) + ")";
     return out;
   }
 #endif
