@@ -63,6 +63,7 @@ struct RecArgs {
   float* ubar = nullptr;  // [B*T, H, V] fp32
   float* part = nullptr;  // [nvblk, B*T, H, 4, K] fp32: V-block partial sums
   int nwarps = 1;         // warps per block = steps per chunk (Tc)
+  bool decode_flat = true;  // decode grid: flat (value blocks fastest) or (N, H, value blocks)
 };
 
 // ---- dtype-generic element access ----

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "kernels/api.hpp"
 #include "kernels/recurrent_common.cuh"
@@ -65,14 +66,25 @@ __device__ __forceinline__ void step_tile(float (&S)[Tile<K>::NR][4], const floa
 // step's vectors for its own columns in its own shared-memory slice (no block barrier), so blocks
 // are small, many are resident, and state traffic from some overlaps preparation in others.
 template <int K>
-__global__ void __launch_bounds__(128, 4) rec_decode_kernel(RecArgs A) {
+__global__ void __launch_bounds__(256, 2) rec_decode_kernel(RecArgs A) {
   using Tl = Tile<K>;
-  __shared__ float4 smem4[4 * (4 * K + Tl::CPW) / 4];
+  extern __shared__ float4 smem4[];  // nwarps slices of 4 K + CPW floats
   float* sm = reinterpret_cast<float*>(smem4);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r = lane % Tl::R, cq = lane / Tl::R;
-  const int64_t n = blockIdx.x, h = blockIdx.y;
-  const int wcol = (blockIdx.z * A.nwarps + warp) * Tl::CPW;
+  // Flat grid: value blocks fastest, then heads, then sequences, so that consecutive blocks read
+  // consecutive parts of one sequence's [H,K,V] state (DRAM page locality). The (N, H, value
+  // blocks) grid is kept for side-by-side measurement (QED_REC_DECODE_GRID=nhz).
+  int64_t n, h, vz;
+  if (A.decode_flat) {
+    const int64_t nz = (A.V + A.nwarps * Tl::CPW - 1) / (A.nwarps * Tl::CPW);
+    vz = blockIdx.x % nz;
+    n = blockIdx.x / nz / A.H;
+    h = blockIdx.x / nz % A.H;
+  } else {
+    n = blockIdx.x, h = blockIdx.y, vz = blockIdx.z;
+  }
+  const int wcol = static_cast<int>(vz * A.nwarps + warp) * Tl::CPW;
   if (wcol >= A.V) return;  // whole warp past V; no block barrier follows
   const int64_t j0 = wcol + cq * 4;
   const bool colok = j0 < A.V;
@@ -266,10 +278,25 @@ Status launch_decode_k(const char* fn, const RecArgs& A0, cudaStream_t stream) {
   const int cpw = Tile<K>::CPW;
   const int64_t warps = A.N * A.H * ((A.V + cpw - 1) / cpw);
   A.nwarps = warps >= 16 * num_sms() ? 4 : 1;  // one-warp blocks spread small batches wider
+  // Tuning overrides, for bench/bench_recurrent.py's side-by-side table: warps per block (1..8)
+  // and the grid order (flat | nhz).
+  if (const char* e = std::getenv("QED_REC_DECODE_WARPS")) {
+    const int w = std::atoi(e);
+    if (w >= 1 && w <= 8) A.nwarps = w;
+  }
+  if (const char* e = std::getenv("QED_REC_DECODE_GRID")) A.decode_flat = std::string(e) != "nhz";
   const int64_t nz = (A.V + A.nwarps * cpw - 1) / (A.nwarps * cpw);
+  const size_t smem = static_cast<size_t>(A.nwarps) * (4 * K + cpw) * sizeof(float);
   if (A.N == 0) return {};
-  dim3 grid(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(nz));
-  rec_decode_kernel<K><<<grid, A.nwarps * 32, 0, stream>>>(A);
+  if (A.decode_flat) {
+    const int64_t blocks = A.N * A.H * nz;
+    if (blocks > (int64_t{1} << 31) - 1)
+      return {StatusCode::unsupported, std::string(fn) + ": N * H * value blocks exceeds 2^31 - 1"};
+    rec_decode_kernel<K><<<static_cast<unsigned>(blocks), A.nwarps * 32, smem, stream>>>(A);
+  } else {
+    dim3 grid(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(nz));
+    rec_decode_kernel<K><<<grid, A.nwarps * 32, smem, stream>>>(A);
+  }
   return cuda_status(fn, "decode kernel launch", cudaGetLastError());
 }
 

@@ -138,6 +138,23 @@ TEST(GpuDecode, EqualsForwardTokenByToken) {
   decode_matches_forward(Variant::deltanet, Arm::none, 256, 64, DType::bf16);
 }
 
+// The launch picks one-warp blocks for small batches; every grid order and block width the
+// tuning overrides can select must give the same step (V = 48 leaves a partial value block).
+TEST(GpuDecode, EveryLaunchShapeEqualsForward) {
+  REQUIRE_DEVICE();
+  for (const char* grid : {"flat", "nhz"})
+    for (const char* warps : {"1", "2", "4", "8"}) {
+      SCOPED_TRACE(std::string("grid ") + grid + ", warps " + warps);
+      setenv("QED_REC_DECODE_GRID", grid, 1);
+      setenv("QED_REC_DECODE_WARPS", warps, 1);
+      decode_matches_forward(Variant::gdn2, Arm::none, 128, 128, DType::bf16);
+      decode_matches_forward(Variant::qed, Arm::nogate, 64, 48, DType::fp32);
+      decode_matches_forward(Variant::kda, Arm::none, 256, 40, DType::bf16);
+    }
+  unsetenv("QED_REC_DECODE_GRID");
+  unsetenv("QED_REC_DECODE_WARPS");
+}
+
 TEST(GpuBackward, BitwiseDeterministic) {
   REQUIRE_DEVICE();
   for (auto [v, a] : std::vector<std::pair<Variant, Arm>>{{Variant::qed, Arm::rand},
