@@ -314,10 +314,15 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
   }
   __syncthreads();
 
+  // Column `tid` of L = (I+T)^-1 (threads 0..63) stays in registers until the block barrier that
+  // ends both branches: then no thread reads T any more. (It used to be written back after a
+  // 64-thread named barrier; compute-sanitizer's racecheck reported those write-after-read pairs
+  // as hazards on the H200. Real or not, a kernel the race checker cannot clear is not worth the
+  // little overlap that barrier bought.)
+  float l[kC];
   if (tid < 64) {
     // ---- L = (I+T)^-1, one column per thread, forward substitution in fp32 ----
     const int c = tid;
-    float l[kC];
 #pragma unroll
     for (int r = 0; r < kC; ++r) {
       float a4[4] = {0.f, 0.f, 0.f, 0.f};  // four chains: a quarter of the dependent latency
@@ -326,9 +331,6 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       const float acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
       l[r] = r < c ? 0.f : (r == c ? 1.f : -acc);
     }
-    asm volatile("bar.sync 1, 64;\n" ::: "memory");  // orders the shared-memory accesses
-#pragma unroll
-    for (int r = 0; r < kC; ++r) s.T[r][c] = l[r];
   } else {
     // ---- K̂ (decayed to the chunk end), Q̃ and the chunk decay, in fragment order ----
     const int u = tid - 64;
@@ -375,6 +377,11 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       reinterpret_cast<float*>(blob + Lw::kGC)[c] = exp2f(s.G[kC - 1][c]);
   }
   __syncthreads();
+  // L replaces T (read next by W_a and W_z, past two more barriers) while Ã is formed.
+  if (tid < 64) {
+#pragma unroll
+    for (int r = 0; r < kC; ++r) s.T[r][tid] = l[r];
+  }
   // ---- Ã = A ⊙ Γ in place of G; q, k, b are then free for v and w ----
   for (int i = tid; i < kC * K; i += kThreads) {
     const int r = i / K, c = i % K;
