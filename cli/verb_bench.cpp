@@ -60,14 +60,7 @@ int run_bench(BenchCli& o) {
 const RegisterVerb register_bench(90, [](CLI::App& app, Action& action) {
   auto o = std::make_shared<BenchCli>();
   CLI::App* sub = app.add_subcommand("bench", "Time an implementation on a generated case");
-  sub->add_option("--impl", o->run.impl, "implementation (see run --help)")->capture_default_str();
-  sub->add_option("--precision", o->precision, "CPU references: float | double | float128 | mpfr:BITS")
-      ->capture_default_str();
-  sub->add_option("--chunk", o->run.chunk, "chunk size")->capture_default_str();
-  sub->add_option("--operands", o->run.operands, "reference-chunked operand rounding")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp32", "bf16", "fp16"}));
-  sub->add_option("--dtype", o->run.dtype, "CUDA kernels: fp32 | bf16")->capture_default_str();
+  add_implementation_options(sub, o->run, o->precision);
   sub->add_option("--variant", o->variant, "variant")->capture_default_str();
   sub->add_option("--arm", o->arm, "qed arm")->capture_default_str();
   sub->add_option("--regime", o->regime, "input regime")->capture_default_str();

@@ -337,17 +337,7 @@ const RegisterVerb register_golden(60, [](CLI::App& app, Action& action) {
       "corpus folder to replay: run --impl on every case and judge it with verify against the "
       "corpus' budget (exit 1 when a case fails)");
   replay->excludes(sub->get_option("--out"))->excludes(sub->get_option("--check"))->excludes(sub->get_option("--only"));
-  sub->add_option("--impl", opt->run.impl,
-                  "--replay: reference-recurrent | reference-chunked | cuda-recurrent | cuda-chunked")
-      ->capture_default_str();
-  sub->add_option("--precision", opt->precision, "--replay, CPU references: float | double | float128 | mpfr:BITS")
-      ->capture_default_str();
-  sub->add_option("--operands", opt->run.operands, "--replay, reference-chunked: none | fp32 | bf16 | fp16")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp32", "bf16", "fp16"}));
-  sub->add_option("--dtype", opt->run.dtype, "--replay, CUDA kernels: fp32 | bf16")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  add_implementation_options(sub, opt->run, opt->precision, "--replay: ");
   sub->add_option("--tolerance", opt->tolerance,
                   "--replay: budget file (default: the corpus' replay_float64.json, replay_float32.json "
                   "or replay_bf16.json, by precision, operands or dtype)");

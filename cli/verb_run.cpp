@@ -34,21 +34,7 @@ const RegisterVerb register_run(20, [](CLI::App& app, Action& action) {
       "run", "Run one implementation (CPU reference or CUDA kernel) on a case and write its results");
   sub->add_option("input", opt->input, "case file")->required();
   sub->add_option("-o,--output", opt->output, "where to write the case with results")->required();
-  sub->add_option("--impl", opt->run.impl,
-                  "reference-recurrent | reference-chunked | cuda-recurrent | cuda-chunked")
-      ->capture_default_str();
-  sub->add_option("--precision", opt->precision, "CPU references: float | double | float128 | mpfr:BITS")
-      ->capture_default_str();
-  sub->add_option("--chunk", opt->run.chunk, "chunk size of the chunked implementations")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  sub->add_option("--operands", opt->run.operands,
-                  "reference-chunked: round matmul operands to none | fp32 | bf16 | fp16")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp32", "bf16", "fp16"}));
-  sub->add_option("--dtype", opt->run.dtype, "CUDA kernels: input dtype fp32 | bf16")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  add_implementation_options(sub, opt->run, opt->precision);
   sub->add_option("--threads", opt->run.threads, "CPU worker threads (0: all cores)");
   sub->add_flag("--force", opt->force, "replace OUT if it exists");
   sub->callback([opt, &action] { action = [opt] { return run_run(*opt); }; });

@@ -41,21 +41,28 @@ struct Sizes {
 
 Sizes sizes(const Inputs<double>& in, int64_t K2, int64_t V2) { return {in.dims.K, in.dims.V, K2, V2}; }
 
+// The eight tensors laid out like the inputs q k v g b w r h0, or like their gradients.
+void resize_input_like(const Sizes& s, const Inputs<double>& layout, std::vector<double>& q,
+                       std::vector<double>& k, std::vector<double>& v, std::vector<double>& g,
+                       std::vector<double>& b, std::vector<double>& w, std::vector<double>& r,
+                       std::vector<double>& h0) {
+  q = s.key(q);
+  k = s.key(k);
+  v = s.value(v);
+  g = s.gate(g, layout);
+  b = s.key(b);
+  w = s.value(w);
+  r = s.key(r);
+  h0 = s.state(h0);
+}
+
 }  // namespace
 
 Inputs<double> resize_heads(const Inputs<double>& in, int64_t K2, int64_t V2) {
-  const Sizes s = sizes(in, K2, V2);
   Inputs<double> out = in;
   out.dims.K = K2;
   out.dims.V = V2;
-  out.q = s.key(in.q);
-  out.k = s.key(in.k);
-  out.v = s.value(in.v);
-  out.g = s.gate(in.g, in);
-  out.b = s.key(in.b);
-  out.w = s.value(in.w);
-  out.r = s.key(in.r);
-  out.h0 = s.state(in.h0);
+  resize_input_like(sizes(in, K2, V2), in, out.q, out.k, out.v, out.g, out.b, out.w, out.r, out.h0);
   return out;
 }
 
@@ -73,16 +80,8 @@ reference::Outputs<double> resize_heads(const reference::Outputs<double>& o, con
 
 reference::Grads<double> resize_heads(const reference::Grads<double>& g, const Inputs<double>& in,
                                       int64_t K2, int64_t V2) {
-  const Sizes s = sizes(in, K2, V2);
-  reference::Grads<double> out = g;
-  out.dq = s.key(g.dq);
-  out.dk = s.key(g.dk);
-  out.dv = s.value(g.dv);
-  out.dg = s.gate(g.dg, in);
-  out.db = s.key(g.db);
-  out.dw = s.value(g.dw);
-  out.dr = s.key(g.dr);
-  out.dh0 = s.state(g.dh0);
+  reference::Grads<double> out = g;  // dbeta, dlambda: no head dimension
+  resize_input_like(sizes(in, K2, V2), in, out.dq, out.dk, out.dv, out.dg, out.db, out.dw, out.dr, out.dh0);
   return out;
 }
 
