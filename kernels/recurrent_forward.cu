@@ -123,6 +123,112 @@ __global__ void __launch_bounds__(256, 2) rec_decode_kernel(RecArgs A) {
   }
 }
 
+// Asynchronous 16-byte global-to-shared copies (sm_80+): `pred` false writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(void* smem, const float* gmem, bool pred) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(pred ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Large decode batches, streaming: persistent warps loop over warp tiles (CPW value columns of
+// one (sequence, head) state), value tiles fastest, then heads, then sequences. While a warp
+// computes one tile, the next tile's state is already on its way into the warp's second
+// shared-memory buffer (cp.async) and the slot index of the one after is loaded, so a warp waits for memory
+// about once per tile instead of twice (slot index, then state) and always has a tile's state in
+// flight. The step is step_tile on the same register layout: bitwise the one-tile kernel's result.
+// Needs the state pool (A.h0 = A.ht, in place).
+template <int K>
+__global__ void __launch_bounds__(128) rec_decode_stream_kernel(RecArgs A, int64_t tiles) {
+  using Tl = Tile<K>;
+  // Per warp: two state buffers of NR * 32 float4 (a tile's, and the next one's in flight), then
+  // 4 K + CPW floats of step vectors.
+  extern __shared__ float4 smem4[];
+  constexpr int kState = Tl::NR * 32;
+  constexpr int kWarpF4 = 2 * kState + (4 * K + Tl::CPW) / 4;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r = lane % Tl::R, cq = lane / Tl::R;
+  float4* const bufs = smem4 + warp * kWarpF4;
+  float* vec = reinterpret_cast<float*>(bufs + 2 * kState);
+  int cur_buf = 0;
+  const int64_t nvb = (A.V + Tl::CPW - 1) / Tl::CPW;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
+  int64_t it = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp;
+  if (it >= tiles) return;
+
+  struct Where {
+    int64_t n, h, slot;
+    int wcol;
+    bool ok;  // a real slot (padding entries of the index list are skipped)
+  };
+  auto where = [&](int64_t i, int64_t slot) {
+    Where w;
+    w.n = i / (nvb * A.H);
+    w.h = (i / nvb) % A.H;
+    w.wcol = static_cast<int>(i % nvb) * Tl::CPW;
+    w.slot = slot;
+    w.ok = !A.slots || (slot >= 0 && slot < A.nslots);
+    return w;
+  };
+  auto slot_of = [&](int64_t i) -> int64_t {
+    if (i >= tiles) return -1;
+    const int64_t n = i / (nvb * A.H);
+    return A.slots ? static_cast<int64_t>(A.slots[n]) : n;
+  };
+  auto copy_state = [&](const Where& w, float4* st) {
+    const int64_t j0 = w.wcol + cq * 4;
+    const bool ld = w.ok && j0 < A.V;
+    const float* base = A.h0.p + (ld ? w.slot * A.h0.sn + w.h * A.h0.sh + j0 : 0);
+#pragma unroll
+    for (int i = 0; i < Tl::NR; ++i) cp_async16(st + i * 32 + lane, base + (ld ? Tl::row(r, i) * A.h0.sk : 0), ld);
+    cp_async_commit();
+  };
+
+  Where cur = where(it, slot_of(it));
+  copy_state(cur, bufs);
+  RawStep<K> raw;
+  load_raw<K>(A, cur.n, 0, cur.h, true, cur.wcol, Tl::CPW, raw);
+  int64_t next_slot = slot_of(it + stride);
+  for (; it < tiles; it += stride) {
+    cp_async_wait_all();
+    const float4* st = bufs + cur_buf * kState;
+    float S[Tl::NR][4];
+#pragma unroll
+    for (int i = 0; i < Tl::NR; ++i) {
+      const float4 x = st[i * 32 + lane];  // this lane's own copies: no warp barrier needed
+      S[i][0] = x.x; S[i][1] = x.y; S[i][2] = x.z; S[i][3] = x.w;
+    }
+    // The next tile's state goes out now (its slot was loaded a tile ago), then the slot after.
+    const int64_t it2 = it + stride;
+    Where nxt{};
+    if (it2 < tiles) {
+      nxt = where(it2, next_slot);
+      copy_state(nxt, bufs + (cur_buf ^ 1) * kState);  // read for the tile before this one
+      next_slot = slot_of(it2 + stride);
+    }
+    prepare_step<K>(A, cur.h, raw, cur.wcol, Tl::CPW, vec, vec + 4 * K);
+    if (it2 < tiles) load_raw<K>(A, nxt.n, 0, nxt.h, true, nxt.wcol, Tl::CPW, raw);
+    __syncwarp();
+    float o[4];
+    step_tile<K>(S, vec, *reinterpret_cast<const float4*>(vec + 4 * K + cq * 4), r, o);
+    const int64_t j0 = cur.wcol + cq * 4;
+    if (cur.ok && j0 < A.V) {
+      if (A.o.p && r < 4) {
+        const float ov = r == 0 ? o[0] : (r == 1 ? o[1] : (r == 2 ? o[2] : o[3]));
+        stf(A.o.p, seq_off(A.o, cur.n, 0, cur.h) + j0 + r, A.o.dt, ov);
+      }
+      float* base = A.ht.p + cur.slot * A.ht.sn + cur.h * A.ht.sh + j0;
+#pragma unroll
+      for (int i = 0; i < Tl::NR; ++i)
+        *reinterpret_cast<float4*>(base + Tl::row(r, i) * A.ht.sk) = make_float4(S[i][0], S[i][1], S[i][2], S[i][3]);
+    }
+    __syncwarp();  // vec is rewritten by the next tile's prepare_step
+    cur = nxt;
+    cur_buf ^= 1;
+  }
+}
+
 template <int K>
 __global__ void __launch_bounds__(256) rec_forward_kernel(RecArgs A) {
   using Tl = Tile<K>;
@@ -288,6 +394,30 @@ Status launch_decode_k(const char* fn, const RecArgs& A0, cudaStream_t stream) {
   const int64_t nz = (A.V + A.nwarps * cpw - 1) / (A.nwarps * cpw);
   const size_t smem = static_cast<size_t>(A.nwarps) * (4 * K + cpw) * sizeof(float);
   if (A.N == 0) return {};
+  // Large batches with a state pool: the streaming kernel, persistent 4-warp blocks filling the
+  // GPU once, when there are at least two warp tiles per resident warp.
+  // QED_REC_DECODE_KERNEL=block|stream forces one (bench/bench_recurrent.py's side-by-side table).
+  {
+    using Tl = Tile<K>;
+    const int64_t tiles = A.N * A.H * ((A.V + cpw - 1) / cpw);
+    const size_t ssmem = 4 * (2 * Tl::NR * 32 * sizeof(float4) + (4 * K + cpw) * sizeof(float));
+    static const int per_sm = [ssmem] {
+      cudaFuncSetAttribute(rec_decode_stream_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(ssmem));
+      int b = 0;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, rec_decode_stream_kernel<K>, 128, ssmem);
+      return b;
+    }();
+    const int64_t resident = static_cast<int64_t>(per_sm) * num_sms();
+    bool stream_it = A.h0.p != nullptr && per_sm > 0 && tiles >= 2 * 4 * resident;
+    if (const char* e = std::getenv("QED_REC_DECODE_KERNEL"))
+      stream_it = A.h0.p != nullptr && per_sm > 0 && std::string(e) == "stream";
+    if (stream_it) {
+      const int64_t blocks = std::min<int64_t>(resident, (tiles + 3) / 4);
+      rec_decode_stream_kernel<K><<<static_cast<unsigned>(blocks), 128, ssmem, stream>>>(A, tiles);
+      return cuda_status(fn, "decode (streaming) kernel launch", cudaGetLastError());
+    }
+  }
   if (A.decode_flat) {
     const int64_t blocks = A.N * A.H * nz;
     if (blocks > (int64_t{1} << 31) - 1)
