@@ -189,9 +189,8 @@ def main():
 
     # ---- decode step, CUDA-graph replay ----
     H, K, V = 16, 128, 128
-    tuning = ["| decode tuning | " + " | ".join(f"{g} grid, {nw} warps" for g in ("nhz", "flat") for nw in (1, 2, 4, 8))
-              + " | one-tile kernel | streaming kernel |",
-              "| --- |" + " --- |" * 10]
+    tuning = ["| decode tuning | " + " | ".join(f"{g} grid, {nw} warps" for g in ("nhz", "flat") for nw in (1, 2, 4, 8)) + " |",
+              "| --- |" + " --- |" * 8]
     for Bd in (1, 512):
         qd, kd, vd, gd, bd, wd = gdn2_inputs(Bd, 1, H, K, V, torch.bfloat16, gen)
         slots = Bd
@@ -209,20 +208,15 @@ def main():
         nbytes = 2 * Bd * H * K * V * 4 + Bd * H * (4 * K + 3 * V) * 2 + Bd * 4
         tune = {}
         if Bd >= 64:  # side by side: grid order x warps per block (launch_decode_k's env overrides)
-            os.environ["QED_REC_DECODE_KERNEL"] = "block"  # launch shapes of the one-tile kernel
             for grid in ("nhz", "flat"):
                 for nw in (1, 2, 4, 8):
                     os.environ["QED_REC_DECODE_GRID"] = grid
                     os.environ["QED_REC_DECODE_WARPS"] = str(nw)
                     tune[f"{grid} {nw}"] = graph_us(ours_dec, replays=100, rounds=3)[0]
             del os.environ["QED_REC_DECODE_GRID"], os.environ["QED_REC_DECODE_WARPS"]
-            for kern in ("block", "stream"):  # the one-tile kernel (flat grid, 4 warps) vs streaming
-                os.environ["QED_REC_DECODE_KERNEL"] = kern
-                tune[kern] = graph_us(ours_dec, replays=100, rounds=3)[0]
-            del os.environ["QED_REC_DECODE_KERNEL"]
             tuning.append(f"| decode B={Bd} | " + " | ".join(
-                f"{tune[c]:.1f} us ({nbytes / tune[c] / 1e6:.2f} TB/s)"
-                for c in [f"{g} {nw}" for g in ("nhz", "flat") for nw in (1, 2, 4, 8)] + ["block", "stream"]) + " |")
+                f"{tune[f'{g} {nw}']:.1f} us ({nbytes / tune[f'{g} {nw}'] / 1e6:.2f} TB/s)"
+                for g in ("nhz", "flat") for nw in (1, 2, 4, 8)) + " |")
         d_ours = graph_us(ours_dec)
         line = {"what": f"decode B={Bd} H={H} K=V={K} fp32 state, graph replay",
                 "ours": f"{d_ours[0]:.2f} us ({nbytes / d_ours[0] / 1e6:.2f} TB/s)"}

@@ -35,62 +35,6 @@ bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 8) == 0);
 }
 
-// T decode steps of in's B index entries (in: [B,T,H,D], rounded to dt) on an fp32 pool of P
-// slots (entry b uses slot idx[b]; -1 skips it): returns o (fp32, NaN where nothing was written)
-// and leaves the pool in `pool_out`.
-std::vector<double> decode_steps(const reference::Inputs<double>& in, DType dt, const std::vector<double>& pool,
-                                 const std::vector<int32_t>& idx, int64_t P, std::vector<double>& pool_out) {
-  const int64_t B = in.dims.B, T = in.dims.T, H = in.dims.H, K = in.dims.K, V = in.dims.V;
-  const reference::Layout lay = reference::layout_of(in.variant, in.arm);
-  kernels::DeviceBuffer q = kernels::to_device(in.q, dt), k = kernels::to_device(in.k, dt),
-                        v = kernels::to_device(in.v, dt);
-  kernels::DeviceBuffer gg = kernels::to_device(in.g, dt);
-  kernels::DeviceBuffer bb = kernels::to_device(in.b, dt), ww = kernels::to_device(in.w, dt);
-  kernels::DeviceBuffer beta = kernels::to_device(in.beta, dt);
-  kernels::DeviceBuffer lam = kernels::to_device_f32(in.lambda), r = kernels::to_device_f32(in.r);
-  kernels::DeviceBuffer st = kernels::to_device_f32(pool);
-  kernels::DeviceBuffer o(static_cast<size_t>(B * T * H * V) * 4);
-  o.fill_bytes(0xFF);
-  kernels::DeviceBuffer di(idx.size() * 4);
-  di.upload(idx.data(), idx.size() * 4);
-
-  const int esz = kernels::dtype_bytes(dt);
-  for (int64_t t = 0; t < T; ++t) {
-    auto view = [&](const kernels::DeviceBuffer& buf, int64_t D) {
-      kernels::SeqTensor s = kernels::seq_tensor(static_cast<const char*>(buf.get()) + t * H * D * esz, dt, T, H, D);
-      return s;
-    };
-    kernels::RecurrentDecodeParams p;
-    p.problem.variant = in.variant;
-    p.problem.arm = in.arm;
-    p.problem.B = B;
-    p.problem.T = 1;
-    p.problem.H = H;
-    p.problem.K = K;
-    p.problem.V = V;
-    p.problem.scale = static_cast<float>(in.scale);
-    p.in.q = view(q, K);
-    p.in.k = view(k, K);
-    p.in.v = view(v, V);
-    if (lay.channel_g) p.in.g = view(gg, K);
-    if (lay.scalar_g) p.in.g = view(gg, 1);
-    if (lay.has_bw) {
-      p.in.b = view(bb, K);
-      p.in.w = view(ww, V);
-    }
-    if (lay.has_beta) p.in.beta = view(beta, 1);
-    if (lay.has_lambda) p.in.lambda = lam.as<float>();
-    if (lay.has_r) p.in.r = r.as<float>();
-    p.o = kernels::seq_tensor_out(o.as<char>() + t * H * V * 4, DType::fp32, T, H, V);
-    p.state = kernels::state_tensor_out(st.as<float>(), H, K, V);
-    p.state_indices = di.as<int32_t>();
-    p.num_state_slots = P;
-    kernels::throw_if_error(kernels::recurrent_decode(p));
-  }
-  pool_out = kernels::from_device(st, pool.size(), DType::fp32);
-  return kernels::from_device(o, static_cast<size_t>(B * T * H * V), DType::fp32);
-}
-
 void decode_matches_forward(Variant variant, Arm arm, int64_t K, int64_t V, DType dt) {
   const int64_t B = 5, T = 9, H = 3, P = 8;
   fixtures::GenSpec g;
@@ -121,19 +65,53 @@ void decode_matches_forward(Variant variant, Arm arm, int64_t K, int64_t V, DTyp
     return out;
   };
   const int64_t Bp = B + 1;
-  reference::Inputs<double> padded = ri;
-  padded.dims.B = Bp;
-  padded.q = pad(ri.q, K);
-  padded.k = pad(ri.k, K);
-  padded.v = pad(ri.v, V);
-  if (!ri.g.empty()) padded.g = pad(ri.g, lay.channel_g ? K : 1);
-  if (lay.has_bw) {
-    padded.b = pad(ri.b, K);
-    padded.w = pad(ri.w, V);
+  kernels::DeviceBuffer q = kernels::to_device(pad(ri.q, K), dt), k = kernels::to_device(pad(ri.k, K), dt),
+                        v = kernels::to_device(pad(ri.v, V), dt);
+  kernels::DeviceBuffer gg = kernels::to_device(pad(ri.g, lay.channel_g ? K : 1), dt);
+  kernels::DeviceBuffer bb = kernels::to_device(pad(ri.b, K), dt), ww = kernels::to_device(pad(ri.w, V), dt);
+  kernels::DeviceBuffer beta = kernels::to_device(pad(ri.beta, 1), dt);
+  kernels::DeviceBuffer lam = kernels::to_device_f32(ri.lambda), r = kernels::to_device_f32(ri.r);
+  kernels::DeviceBuffer st = kernels::to_device_f32(pool);
+  kernels::DeviceBuffer o(static_cast<size_t>(Bp * T * H * V) * 4);
+  o.fill_bytes(0xFF);
+  kernels::DeviceBuffer di(idx.size() * 4);
+  di.upload(idx.data(), idx.size() * 4);
+
+  const int esz = kernels::dtype_bytes(dt);
+  for (int64_t t = 0; t < T; ++t) {
+    auto view = [&](const kernels::DeviceBuffer& buf, int64_t D) {
+      kernels::SeqTensor s = kernels::seq_tensor(static_cast<const char*>(buf.get()) + t * H * D * esz, dt, T, H, D);
+      return s;
+    };
+    kernels::RecurrentDecodeParams p;
+    p.problem.variant = variant;
+    p.problem.arm = arm;
+    p.problem.B = Bp;
+    p.problem.T = 1;
+    p.problem.H = H;
+    p.problem.K = K;
+    p.problem.V = V;
+    p.problem.scale = static_cast<float>(ri.scale);
+    p.in.q = view(q, K);
+    p.in.k = view(k, K);
+    p.in.v = view(v, V);
+    if (lay.channel_g) p.in.g = view(gg, K);
+    if (lay.scalar_g) p.in.g = view(gg, 1);
+    if (lay.has_bw) {
+      p.in.b = view(bb, K);
+      p.in.w = view(ww, V);
+    }
+    if (lay.has_beta) p.in.beta = view(beta, 1);
+    if (lay.has_lambda) p.in.lambda = lam.as<float>();
+    if (lay.has_r) p.in.r = r.as<float>();
+    p.o = kernels::seq_tensor_out(o.as<char>() + t * H * V * 4, DType::fp32, T, H, V);
+    p.state = kernels::state_tensor_out(st.as<float>(), H, K, V);
+    p.state_indices = di.as<int32_t>();
+    p.num_state_slots = P;
+    kernels::throw_if_error(kernels::recurrent_decode(p));
   }
-  if (lay.has_beta) padded.beta = pad(ri.beta, 1);
-  std::vector<double> pd;
-  const std::vector<double> od = decode_steps(padded, dt, pool, idx, P, pd);
+  const auto od = kernels::from_device(o, static_cast<size_t>(Bp * T * H * V), DType::fp32);
+  const auto pd = kernels::from_device(st, pool.size(), DType::fp32);
   const std::vector<double> o_real(od.begin(), od.begin() + B * T * H * V);
   EXPECT_TRUE(bitwise_equal(o_real, whole.outputs.o)) << "decode o differs from the forward";
   for (int64_t i = B * T * H * V; i < Bp * T * H * V; ++i)
@@ -158,45 +136,6 @@ TEST(GpuDecode, EqualsForwardTokenByToken) {
   decode_matches_forward(Variant::qed, Arm::rand, 32, 64, DType::fp32);
   decode_matches_forward(Variant::gdn, Arm::none, 16, 16, DType::fp16);
   decode_matches_forward(Variant::deltanet, Arm::none, 256, 64, DType::bf16);
-}
-
-// Large batches take the streaming kernel (persistent warps, several tiles each, the next
-// tile's state in flight while one is computed). It must agree bit for bit with the one-tile
-// kernel, skipped entries included, on batches big enough that every warp loops.
-void streaming_equals_block(Variant variant, Arm arm, int64_t K, int64_t V, DType dt) {
-  SCOPED_TRACE(std::string(reference::to_string(variant)) + " K=" + std::to_string(K) + " V=" + std::to_string(V));
-  const int64_t B = 1200, H = 4, P = 1300;
-  fixtures::GenSpec g;
-  g.variant = variant;
-  g.arm = arm;
-  g.dims = {B, 1, H, K, V};
-  g.seed = base_seed() + 91;
-  const auto in = kernels::round_inputs(fixtures::generate(g), dt);
-  std::vector<int32_t> idx(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) idx[b] = b % 97 == 5 ? -1 : static_cast<int32_t>((b * 7 + 3) % P);
-  std::vector<double> pool(static_cast<size_t>(P * H * K * V));
-  for (size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<float>(0.3 * std::cos(0.11 * static_cast<double>(i)));
-  std::vector<double> pool_block, pool_stream;
-  setenv("QED_REC_DECODE_KERNEL", "block", 1);
-  const auto o_block = decode_steps(in, dt, pool, idx, P, pool_block);
-  setenv("QED_REC_DECODE_KERNEL", "stream", 1);
-  const auto o_stream = decode_steps(in, dt, pool, idx, P, pool_stream);
-  unsetenv("QED_REC_DECODE_KERNEL");
-  EXPECT_TRUE(bitwise_equal(o_stream, o_block)) << "outputs differ";
-  EXPECT_TRUE(bitwise_equal(pool_stream, pool_block)) << "pools differ";
-  size_t untouched_nan = 0, changed = 0;
-  for (size_t i = 0; i < o_block.size(); ++i) untouched_nan += std::isnan(o_block[i]);
-  for (size_t i = 0; i < pool.size(); ++i) changed += pool_block[i] != pool[i];
-  EXPECT_EQ(untouched_nan, static_cast<size_t>(13 * H * V)) << "entries with index -1 keep o untouched";
-  EXPECT_GT(changed, pool.size() / 2) << "the step changed the pool";
-}
-
-TEST(GpuDecode, StreamingKernelEqualsBlockKernel) {
-  REQUIRE_DEVICE();
-  streaming_equals_block(Variant::gdn2, Arm::none, 128, 128, DType::bf16);
-  streaming_equals_block(Variant::qed, Arm::full, 64, 64, DType::fp32);
-  streaming_equals_block(Variant::kda, Arm::none, 256, 32, DType::bf16);
-  streaming_equals_block(Variant::gdn, Arm::none, 16, 20, DType::fp16);
 }
 
 // The launch picks one-warp blocks for small batches; every grid order and block width the
