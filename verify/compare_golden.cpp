@@ -96,7 +96,9 @@ bool same_cotangents(const fixtures::Case& a, const fixtures::Case& b) {
 GoldenManifest read_golden_manifest(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kGoldenManifest).string();
   std::ifstream f(path);
-  if (!f) throw qed::Error(path + ": cannot open the golden manifest");
+  if (!f)
+    throw qed::Error(path + ": cannot open the golden manifest (rule: a corpus folder holds the MANIFEST.json "
+                            "that qedcheck golden --out writes)");
   std::stringstream ss;
   ss << f.rdbuf();
   nlohmann::json doc;

@@ -21,6 +21,9 @@ struct RunOptions {
 };
 
 std::vector<std::string> implementation_names();
+// Throws qed::Error ("implementation 'X' is not available in this build (known: ...)") unless
+// `impl` is one of implementation_names().
+void require_implementation(const std::string& impl);
 
 // Runs `opt.impl` on the case's inputs and returns the case with /outputs and (when the case has
 // cotangents and the implementation has a backward) /grads filled. CUDA implementations replace
