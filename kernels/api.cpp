@@ -220,4 +220,14 @@ Status device_status() {
   return {};
 }
 
+std::string device_name() {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
 }  // namespace qed::kernels

@@ -123,6 +123,8 @@ Status validate_state(const char* fn, const char* name, const StateTensorOut& s)
 
 // Whether a CUDA device can be used; the message says why not.
 Status device_status();
+// The current device's name ("NVIDIA H200"), or "" without a device.
+std::string device_name();
 
 // ---- recurrent kernels ----
 

@@ -47,7 +47,7 @@ Certificate synthetic_certificate() {
   cert.subject = make_subject("reference-chunked", "bf16");
   cert.mode = "quick";
   cert.bound_floor = std::ldexp(1.0, -24);
-  cert.machine = {"host", "cpu \"quoted\"", 2};
+  cert.machine = {"host", "cpu \"quoted\"", 2, ""};
   cert.git_commit = "0123456789012345678901234567890123456789";
   cert.created = "2025-01-01T00:00:00Z";
   cert.updated = "2025-01-02T00:00:00Z";
@@ -82,6 +82,14 @@ TEST(Certificate, SchemaRoundTripsExactly) {
   EXPECT_TRUE(std::isinf(odd_back.cells[0].datasets[0].rel_frobenius[1]));
   EXPECT_EQ(odd_back.cells[0].status, "not-certified");
   EXPECT_EQ(certificate_text(odd_back), certificate_text(odd));
+  // The device name of a CUDA subject's certificate is kept; without one, no "gpu" member.
+  EXPECT_EQ(nlohmann::json::parse(text)["machine"].count("gpu"), 0u);
+  Certificate gpu = cert;
+  gpu.machine.gpu = "NVIDIA H200";
+  const std::string gpu_text = certificate_text(gpu);
+  const Certificate gpu_back = certificate_from_json(nlohmann::json::parse(gpu_text), "mem");
+  EXPECT_EQ(gpu_back.machine.gpu, "NVIDIA H200");
+  EXPECT_EQ(certificate_text(gpu_back), gpu_text);
 }
 
 TEST(Certificate, IsReadAsAToleranceFile) {

@@ -250,6 +250,7 @@ nlohmann::json certificate_to_json(const Certificate& cert) {
   j["machine"] = {{"hostname", cert.machine.hostname},
                   {"cpu", cert.machine.cpu},
                   {"cores", cert.machine.cores}};
+  if (!cert.machine.gpu.empty()) j["machine"]["gpu"] = cert.machine.gpu;
   j["git_commit"] = cert.git_commit;
   j["created"] = cert.created;
   j["updated"] = cert.updated;
@@ -316,6 +317,7 @@ Certificate certificate_from_json(const nlohmann::json& j, const std::string& wh
   cert.machine.hostname = str(m, "hostname", where + ".machine");
   cert.machine.cpu = str(m, "cpu", where + ".machine");
   cert.machine.cores = static_cast<int>(integer(m, "cores", where + ".machine"));
+  if (m.contains("gpu")) cert.machine.gpu = str(m, "gpu", where + ".machine");
   cert.git_commit = str(j, "git_commit", where);
   cert.created = str(j, "created", where);
   cert.updated = str(j, "updated", where);

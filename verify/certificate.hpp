@@ -10,7 +10,7 @@
 //    "mode": "quick"|"full"|"custom"|"mixed" (cells from runs of different plans),
 //    "safety_factor": 4, "bound_floor": 5.96e-8,
 //    "oracle": {"implementation", "precision", "check_precision", "justification"},
-//    "machine": {"hostname", "cpu", "cores"}, "git_commit", "created", "updated" (UTC ISO 8601),
+//    "machine": {"hostname", "cpu", "cores"[, "gpu"]}, "git_commit", "created", "updated" (UTC ISO 8601),
 //    "cells": [{"key", "variant", "arm", "lambda", "regime", "B", "T", "H", "K", "V",
 //               "seeds": [...], "status": "certified"|"unstable"|"not-certified", "note",
 //               "seconds", "oracle": {"seed", "min_digits",
@@ -117,6 +117,7 @@ struct PowerFit {
 struct Machine {
   std::string hostname, cpu;
   int cores = 0;
+  std::string gpu;  // certificates of CUDA implementations: the device's name ("" otherwise)
 };
 Machine this_machine();
 std::string git_commit_or_unknown();

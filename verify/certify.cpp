@@ -12,6 +12,10 @@
 #include "reference/error.hpp"
 #include "verify/compare.hpp"
 
+#ifdef QEDCHECK_HAVE_CUDA
+#include "kernels/api.hpp"
+#endif
+
 namespace qed::verify {
 
 namespace {
@@ -245,6 +249,9 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
       return cell_order(a.spec) < cell_order(b.spec);
     });
     c.machine = machine;
+#ifdef QEDCHECK_HAVE_CUDA
+    if (c.subject.impl.rfind("cuda-", 0) == 0) c.machine.gpu = kernels::device_name();
+#endif
     c.git_commit = commit;
     c.updated = utc_now_iso();
     write_certificate(paths[i], c);
