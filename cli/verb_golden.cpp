@@ -226,16 +226,15 @@ struct GoldenCli {
 
 // One line per case, then a summary; exit 1 when any case fails its budget.
 int run_replay(GoldenCli& opt) {
-  // Everything that can be wrong with the command is reported before any case runs.
+  // Everything that can be wrong with the command is reported before any case runs (replay_golden
+  // reads the manifest and the budget file first).
   verify::require_implementation(opt.run.impl);
   opt.run.precision = reference::parse_precision(opt.precision);
   opt.run.threads = opt.threads;
-  verify::read_golden_manifest(opt.replay);
   if (!opt.json.empty()) check_output_path(opt.json, "", true);
   const std::string budget =
       opt.tolerance.empty() ? (std::filesystem::path(opt.replay) / verify::default_replay_budget(opt.run)).string()
                             : opt.tolerance;
-  verify::read_tolerance_file(budget);
   std::string what = opt.run.impl;
   if (opt.run.impl.rfind("cuda-", 0) == 0) what += " dtype=" + opt.run.dtype;
   else what += " " + opt.run.precision.name() + (opt.run.operands != "none" ? " operands=" + opt.run.operands : "");
