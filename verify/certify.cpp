@@ -242,6 +242,12 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
                subjects.size(), cells.size(), problems.size(), run_mode, opt.seeds);
 
   const Machine machine = this_machine();
+  // The device's name, asked once, for the certificates of CUDA subjects.
+  std::string gpu;
+#ifdef QEDCHECK_HAVE_CUDA
+  for (const auto& c : certs)
+    if (gpu.empty() && c.subject.impl.rfind("cuda-", 0) == 0) gpu = kernels::device_name();
+#endif
   const std::string commit = git_commit_or_unknown();
   auto save = [&](size_t i) {
     Certificate& c = certs[i];
@@ -249,9 +255,7 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
       return cell_order(a.spec) < cell_order(b.spec);
     });
     c.machine = machine;
-#ifdef QEDCHECK_HAVE_CUDA
-    if (c.subject.impl.rfind("cuda-", 0) == 0) c.machine.gpu = kernels::device_name();
-#endif
+    if (c.subject.impl.rfind("cuda-", 0) == 0) c.machine.gpu = gpu;
     c.git_commit = commit;
     c.updated = utc_now_iso();
     write_certificate(paths[i], c);
