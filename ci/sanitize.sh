@@ -5,14 +5,15 @@
 # source, so the same build also holds the parser harnesses that ci/fuzz_parsers.sh runs (one
 # sanitized build instead of two). Runs the `cpu` label without `slow`, with seed counts scaled
 # down: RapidCheck properties run RC_PARAMS max_success=20 (of 100), tests that read
-# QEDCHECK_SEED_SCALE run a fifth of their random cases.
+# QEDCHECK_SEED_SCALE run a fifth of their random cases. QEDCHECK_RC_SEED (set by ci/test.sh) fixes
+# RapidCheck's seed.
 # Usage: ci/sanitize.sh   (QEDCHECK_JOBS=N to change the -j, default 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${QEDCHECK_JOBS:-2}
 build=build-sanitize
 export QEDCHECK_SEED_SCALE=${QEDCHECK_SEED_SCALE:-0.2}
-export RC_PARAMS=${RC_PARAMS:-max_success=20}
+export RC_PARAMS=${RC_PARAMS:-max_success=20${QEDCHECK_RC_SEED:+ seed=$QEDCHECK_RC_SEED}}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 

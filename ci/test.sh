@@ -8,10 +8,23 @@
 #      device; label `slow` only with QEDCHECK_SLOW=1). Its summary comes last.
 # Every stage runs even when an earlier one failed; the exit status is non-zero if any failed.
 # QEDCHECK_SANITIZE=0 skips stages 3 and 4 (a quick local run; CI never sets it).
-# ctest's JUnit XML: build/junit.xml (and build-sanitize/junit-sanitize.xml).
+# RapidCheck's seed comes from the commit under test (QEDCHECK_RC_SEED overrides it): every run of
+# one commit draws the same property cases, so a failure in CI reproduces anywhere with the seed
+# printed below, while each new commit explores new cases.
+# ctest's JUnit XML: build/junit.xml (and build-sanitize/junit-sanitize.xml). When a stage fails,
+# the last lines name its failed tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 failed=()
+if [[ -z "${QEDCHECK_RC_SEED:-}" ]]; then
+  head=$(git rev-parse --short=15 HEAD 2>/dev/null || true)
+  QEDCHECK_RC_SEED=$([[ $head =~ ^[0-9a-f]{15}$ ]] && echo $((16#$head)) || echo 1)
+fi
+export QEDCHECK_RC_SEED
+echo "ci/test.sh: RapidCheck seed $QEDCHECK_RC_SEED (reproduce: RC_PARAMS=seed=$QEDCHECK_RC_SEED)"
+# The names of the tests a ctest log reports as failed, on one line.
+failed_tests() { sed -n '/tests FAILED:/,$p' "$1" 2>/dev/null | grep -E '^[[:space:]]*[0-9]+ - ' |
+  sed -E 's/^[[:space:]]*[0-9]+ - //' | paste -sd ' ' -; }
 bash ci/setup.sh || exit 1
 bash ci/build.sh || exit 1
 bash ci/gate.sh || failed+=(gate)
@@ -21,9 +34,15 @@ if [[ "${QEDCHECK_SANITIZE:-1}" != 0 ]]; then
 fi
 exclude=(-LE slow)
 [[ "${QEDCHECK_SLOW:-0}" == 1 ]] && exclude=()
-(cd build && ctest --output-on-failure -j "${QEDCHECK_JOBS:-$(nproc)}" "${exclude[@]}" --output-junit junit.xml) ||
-  failed+=(ctest)
+(cd build && RC_PARAMS=${RC_PARAMS:-seed=$QEDCHECK_RC_SEED} ctest --output-on-failure -j "${QEDCHECK_JOBS:-$(nproc)}" \
+  "${exclude[@]}" --output-junit junit.xml 2>&1 | tee ctest.log; exit "${PIPESTATUS[0]}") || failed+=(ctest)
 if [[ ${#failed[@]} -gt 0 ]]; then
-  echo "ci/test.sh: FAILED stages: ${failed[*]}"
+  for stage in "${failed[@]}"; do
+    case $stage in
+      sanitize) echo "ci/test.sh: sanitize failed: $(failed_tests build-sanitize/sanitize-tests.log)" ;;
+      ctest) echo "ci/test.sh: ctest failed: $(failed_tests build/ctest.log)" ;;
+    esac
+  done
+  echo "ci/test.sh: FAILED stages: ${failed[*]} (RapidCheck seed $QEDCHECK_RC_SEED)"
   exit 1
 fi

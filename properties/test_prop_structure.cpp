@@ -64,6 +64,12 @@ template <class S>
 void prop_P8() {
   CaseShape shape = shape_for<S>();
   shape.gates = {Gates::scalar, Gates::b_one, Gates::a1b1};
+  // Unit keys, the inputs MATH.md states P8's tolerance for. With raw Gaussian keys and b = 1 the
+  // transitions I - k k^T have norm |1 - |k|^2| (above 1 once |k|^2 > 2; |k|^2 is about K), and
+  // a rotated run's rounding is amplified by their product: 4.4e-14 was seen at T = 14, K = 2,
+  // the conditioning of that case, not a broken invariance. The worst of 18000 unit-key draws
+  // was 4.6e-15.
+  shape.raw_keys = false;
   const auto spec = *gen_case(shape);
   const auto in = inputs_as<S>(spec);
   qed::fixtures::Rng rng(*rc::gen::inRange<uint64_t>(0, 1u << 20));
