@@ -189,8 +189,17 @@ def main():
 
     # ---- decode step, CUDA-graph replay ----
     H, K, V = 16, 128, 128
-    tuning = ["| decode tuning | " + " | ".join(f"{g} grid, {nw} warps" for g in ("nhz", "flat") for nw in (1, 2, 4, 8)) + " |",
-              "| --- |" + " --- |" * 8]
+    # Side by side at B=512 (tuning overrides of recurrent_decode): the tile kernel (bitwise the
+    # forward's step) in its grid orders and block widths, and the row kernel in its launch shapes.
+    configs = [("tile flat 1w", {"QED_REC_DECODE_KERNEL": "tile", "QED_REC_DECODE_WARPS": "1"}),
+               ("tile flat 4w", {"QED_REC_DECODE_KERNEL": "tile", "QED_REC_DECODE_WARPS": "4"}),
+               ("tile nhz 4w", {"QED_REC_DECODE_KERNEL": "tile", "QED_REC_DECODE_WARPS": "4",
+                                "QED_REC_DECODE_GRID": "nhz"}),
+               ("rows 4x2", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "4x2"}),
+               ("rows 8x2", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "8x2"}),
+               ("rows 16x2", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "16x2"}),
+               ("rows 8x4", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "8x4"})]
+    tuning = ["| decode tuning | " + " | ".join(c[0] for c in configs) + " |", "| --- |" + " --- |" * len(configs)]
     for Bd in (1, 512):
         qd, kd, vd, gd, bd, wd = gdn2_inputs(Bd, 1, H, K, V, torch.bfloat16, gen)
         slots = Bd
@@ -207,16 +216,14 @@ def main():
 
         nbytes = 2 * Bd * H * K * V * 4 + Bd * H * (4 * K + 3 * V) * 2 + Bd * 4
         tune = {}
-        if Bd >= 64:  # side by side: grid order x warps per block (launch_decode_k's env overrides)
-            for grid in ("nhz", "flat"):
-                for nw in (1, 2, 4, 8):
-                    os.environ["QED_REC_DECODE_GRID"] = grid
-                    os.environ["QED_REC_DECODE_WARPS"] = str(nw)
-                    tune[f"{grid} {nw}"] = graph_us(ours_dec, replays=100, rounds=3)[0]
-            del os.environ["QED_REC_DECODE_GRID"], os.environ["QED_REC_DECODE_WARPS"]
-            tuning.append(f"| decode B={Bd} | " + " | ".join(
-                f"{tune[f'{g} {nw}']:.1f} us ({nbytes / tune[f'{g} {nw}'] / 1e6:.2f} TB/s)"
-                for g in ("nhz", "flat") for nw in (1, 2, 4, 8)) + " |")
+        for label, env in configs if Bd >= 64 else configs[1:2] + configs[4:5]:
+            os.environ.update(env)
+            tune[label] = graph_us(ours_dec, replays=100, rounds=3)[0]
+            for key in env:
+                del os.environ[key]
+        tuning.append(f"| decode B={Bd} | " + " | ".join(
+            f"{tune[c[0]]:.1f} us ({nbytes / tune[c[0]] / 1e6:.2f} TB/s)" if c[0] in tune else "-"
+            for c in configs) + " |")
         d_ours = graph_us(ours_dec)
         line = {"what": f"decode B={Bd} H={H} K=V={K} fp32 state, graph replay",
                 "ours": f"{d_ours[0]:.2f} us ({nbytes / d_ours[0] / 1e6:.2f} TB/s)"}

@@ -376,6 +376,17 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
   A.ht = detail::state_out_arg(p.state);
   A.slots = p.state_indices;
   A.nslots = slots;
+  // Two kernels: the tile kernel (bitwise the forward's step; the default) and the row kernel
+  // (recurrent_decode_rows.cu: a bandwidth-bound layout for large batches, equal to the forward to
+  // rounding). The row kernel is opt-in until it has been measured on the device:
+  // QED_REC_DECODE_KERNEL=rows runs it where it is built (otherwise the tile kernel runs);
+  // QED_REC_DECODE_KERNEL=auto picks it for batches of at least 8 value blocks per multiprocessor.
+  const char* e = std::getenv("QED_REC_DECODE_KERNEL");
+  const std::string pick = e ? e : "tile";
+  bool rows = detail::decode_rows_eligible(A);
+  if (pick == "auto") rows = rows && A.N * A.H * (A.V / 64) >= 8 * detail::num_sms();
+  else if (pick != "rows") rows = false;
+  if (rows) return detail::launch_rec_decode_rows(fn, A, p.problem.stream);
   return detail::launch_rec_decode(fn, A, p.problem.stream);
 }
 

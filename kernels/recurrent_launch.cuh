@@ -61,6 +61,11 @@ Status cached_device_status();
 // Columns per warp of the state-tile layout for head dimension K.
 int columns_per_warp(int64_t K);
 
+// The row decode kernel (recurrent_decode_rows.cu): whether it can run A (one token per sequence,
+// K in {64, 128, 256}, V a multiple of 64, 16-byte aligned state rows), and its launch.
+bool decode_rows_eligible(const RecArgs& A);
+Status launch_rec_decode_rows(const char* fn, const RecArgs& A, cudaStream_t stream);
+
 // Launches the forward kernel with `nwarps` warps per block (= steps per chunk). Writes o, ht
 // and checkpoints as A asks.
 Status launch_rec_forward(const char* fn, const RecArgs& A, int nwarps, cudaStream_t stream);
