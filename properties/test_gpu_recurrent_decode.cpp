@@ -218,7 +218,11 @@ TEST(GpuDecode, RowKernelMatchesForwardToRounding) {
   REQUIRE_DEVICE();
   ScopedEnv rows("QED_REC_DECODE_KERNEL", "rows");
   double worst = 0.0;
-  for (const char* shape : {"8x2", "4x2", "16x2", "8x4"}) {
+  // Under compute-sanitizer (QED_GPU_QUICK=1) the two shapes that differ in columns per lane.
+  const bool quick = std::getenv("QED_GPU_QUICK") != nullptr;
+  const std::vector<const char*> shapes =
+      quick ? std::vector<const char*>{"8x2", "8x4"} : std::vector<const char*>{"8x2", "4x2", "16x2", "8x4"};
+  for (const char* shape : shapes) {
     SCOPED_TRACE(std::string("row shape ") + shape);
     ScopedEnv s("QED_REC_DECODE_ROWS", shape);
     worst = std::max({worst, decode_matches_forward(Variant::gdn2, Arm::none, 128, 128, DType::bf16, Match::rounding),
