@@ -118,13 +118,13 @@ double check_P6_padding(F&& impl, const Inputs<S>& in, const std::vector<int64_t
 // channels of state entries times query entries, so its rounding is proportional to
 // |S_t|^T |q_t|, not to |o_t|: when q_t is nearly orthogonal to the state's rows, o_t is small
 // and a relabelled or rotated run legitimately differs from it by a few ulps of the terms. (A
-// one-step K = 2 case with |q . k| about 0.03 gave 4e-13 relative to max|o|, 1.2e-16 relative to
+// one-step K = 2 case with |q . k| about 0.03 gave 4e-13 relative to max|o|, 1.9e-16 relative to
 // this floor.) The floor is max|S| over the initial and final states times the largest l1 norm
-// of a query; a broken invariance moves o by O(1) of it, so mutants are still caught.
+// of a scaled query; a broken invariance moves o by O(1) of it, so mutants are still caught.
 template <class S>
 double query_state_floor(const Inputs<S>& in, const std::vector<S>& ht) {
-  using std::abs;
   const int64_t K = in.dims.K;
+  using std::abs;
   S qmax(0);
   for (size_t i = 0; i * K < in.q.size(); ++i) {
     S l1(0);
@@ -132,7 +132,7 @@ double query_state_floor(const Inputs<S>& in, const std::vector<S>& ht) {
     qmax = std::max<S>(qmax, l1);
   }
   const S smax = std::max<S>(max_abs(ht), in.h0.empty() ? S(0) : max_abs(in.h0));
-  return std::max(to_d(smax * qmax), 1e-300);
+  return std::max(to_d(smax * qmax * abs(in.scale)), 1e-300);
 }
 
 // P7: relabelling key and value channels relabels o and ht accordingly.
