@@ -163,8 +163,18 @@ TEST(VerifyTolerance, TwinPlanPerDtype) {
   const TwinPlan b = twin_plan("bfloat16");
   EXPECT_EQ(b.provisional, !chunked);
   if (chunked) {
-    EXPECT_EQ(b.labels.back(), "reference-chunked@float+bf16");
-    EXPECT_EQ(twin_plan("float16").labels.back(), "reference-chunked@float+fp16");
+    // Recurrent, then the chunked twins at chunks 64, 32, 16 and 8 (kTwinChunks).
+    const std::vector<std::string> want_f = {"reference-recurrent@float", "reference-chunked@float C=64",
+                                             "reference-chunked@float C=32", "reference-chunked@float C=16",
+                                             "reference-chunked@float C=8"};
+    EXPECT_EQ(f.labels, want_f);
+    ASSERT_EQ(f.runs.size(), 5u);
+    for (size_t i = 1; i < 5; ++i) EXPECT_EQ(f.runs[i].chunk, int64_t{64} >> (i - 1));
+    EXPECT_EQ(d.labels.back(), "reference-chunked@double C=8");
+    EXPECT_EQ(b.labels.size(), 5u);
+    EXPECT_EQ(b.labels.back(), "reference-chunked@float+bf16 C=8");
+    EXPECT_EQ(b.runs.back().operands, "bf16");
+    EXPECT_EQ(twin_plan("float16").labels.back(), "reference-chunked@float+fp16 C=8");
   }
   EXPECT_THROW(twin_plan("float8"), qed::Error);
   EXPECT_EQ(unit_roundoff("bfloat16"), std::ldexp(1.0, -8));

@@ -144,12 +144,19 @@ TwinPlan twin_plan(const std::string& dtype) {
   const bool f64 = dtype == "float64";
   const auto prec = f64 ? reference::Precision::f64() : reference::Precision::f32();
   add("reference-recurrent", prec, "none");
+  auto add_chunked = [&](const std::string& operands) {
+    for (const int64_t c : kTwinChunks) {
+      add("reference-chunked", prec, operands);
+      p.runs.back().chunk = c;
+      p.labels.back() += " C=" + std::to_string(c);
+    }
+  };
   if (dtype == "float64" || dtype == "float32") {
-    if (have_chunked) add("reference-chunked", prec, "none");
+    if (have_chunked) add_chunked("none");
   } else {
     const std::string ops = dtype == "bfloat16" ? "bf16" : "fp16";
     if (have_chunked) {
-      add("reference-chunked", prec, ops);
+      add_chunked(ops);
     } else {
       p.provisional = true;
       p.note = "PROVISIONAL: the " + dtype + "-operand twin (reference-chunked --operands " + ops +
@@ -194,9 +201,10 @@ std::string twin_rule_text() {
       "max(e_max, u * max|ref|), where u is the unit roundoff of /inputs@dtype (float64 2^-53, "
       "float32 2^-24, bfloat16 2^-8, float16 2^-11) and e_F, e_max are the relative Frobenius "
       "and max abs errors, against the oracle, of the worst of the reference's own "
-      "implementations in that precision on the same inputs (float64: recurrent and chunked in "
-      "double; float32: in float; bfloat16/float16: chunked with matmul operands rounded to "
-      "that dtype, fp32 accumulation); a dataset passes when both bounds hold",
+      "implementations in that precision on the same inputs (float64: recurrent, and chunked "
+      "with chunks of 64, 32, 16 and 8, in double; float32: the same in float; "
+      "bfloat16/float16: recurrent in float and the four chunked with matmul operands rounded "
+      "to that dtype, fp32 accumulation); a dataset passes when both bounds hold",
       kTwinFactor);
 }
 
