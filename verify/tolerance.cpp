@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -196,16 +197,20 @@ double judge(const Metrics& m, const Bound& b) {
 }
 
 std::string twin_rule_text() {
+  std::string chunks;  // "64, 32, 16 and 8", from kTwinChunks
+  const size_t n = std::size(kTwinChunks);
+  for (size_t i = 0; i < n; ++i)
+    chunks += (i == 0 ? "" : (i + 1 == n ? " and " : ", ")) + std::to_string(kTwinChunks[i]);
   return fmt::format(
       "twin rule: per dataset, rtol_frobenius = {0:g} * max(e_F, u) and atol_max = {0:g} * "
       "max(e_max, u * max|ref|), where u is the unit roundoff of /inputs@dtype (float64 2^-53, "
       "float32 2^-24, bfloat16 2^-8, float16 2^-11) and e_F, e_max are the relative Frobenius "
       "and max abs errors, against the oracle, of the worst of the reference's own "
       "implementations in that precision on the same inputs (float64: recurrent, and chunked "
-      "with chunks of 64, 32, 16 and 8, in double; float32: the same in float; "
-      "bfloat16/float16: recurrent in float and the four chunked with matmul operands rounded "
-      "to that dtype, fp32 accumulation); a dataset passes when both bounds hold",
-      kTwinFactor);
+      "with chunks of {1}, in double; float32: the same in float; bfloat16/float16: recurrent "
+      "in float and the chunked ones with matmul operands rounded to that dtype, fp32 "
+      "accumulation); a dataset passes when both bounds hold",
+      kTwinFactor, chunks);
 }
 
 }  // namespace qed::verify
