@@ -56,10 +56,32 @@ double check_P2_sequences(F&& impl, const Inputs<S>& in) {
   return r;
 }
 
-// max_i |x_i - (ca y_i + cb z_i)| / max_i (|ca y_i| + |cb z_i|)
+// The floor under the scale that P3, P7 and P8 measure o against. Each o_t is a sum over the K
+// key channels of state entries times query entries, so its rounding is proportional to
+// |S_t|^T |q_t|, not to |o_t|: when q_t is nearly orthogonal to the state's rows, o_t is small
+// and a combined, relabelled or rotated run legitimately differs from it by a few ulps of the
+// terms. (A one-step K = 2 case with |q . k| about 0.03 gave 4e-13 relative to max|o| in P8,
+// 1.9e-16 relative to this floor.) The floor is max|S| over the initial and final states times
+// the largest l1 norm of a scaled query; a broken invariance moves o by O(1) of it, so mutants
+// are still caught.
+template <class S>
+double query_state_floor(const Inputs<S>& in, const std::vector<S>& ht) {
+  const int64_t K = in.dims.K;
+  using std::abs;
+  S qmax(0);
+  for (size_t i = 0; i * K < in.q.size(); ++i) {
+    S l1(0);
+    for (int64_t c = 0; c < K; ++c) l1 += abs(in.q[i * K + c]);
+    qmax = std::max<S>(qmax, l1);
+  }
+  const S smax = std::max<S>(max_abs(ht), in.h0.empty() ? S(0) : max_abs(in.h0));
+  return std::max(to_d(smax * qmax * abs(in.scale)), 1e-300);
+}
+
+// max_i |x_i - (ca y_i + cb z_i)| / max(max_i (|ca y_i| + |cb z_i|), floor)
 template <class S>
 double rel_combo(const std::vector<S>& x, const std::vector<S>& y, const std::vector<S>& z, const S& ca,
-                 const S& cb) {
+                 const S& cb, double floor = 1e-300) {
   using std::abs;
   if (x.size() != y.size() || x.size() != z.size()) return std::numeric_limits<double>::infinity();
   std::vector<S> comb(x.size()), mag(x.size());
@@ -67,7 +89,7 @@ double rel_combo(const std::vector<S>& x, const std::vector<S>& y, const std::ve
     comb[i] = ca * y[i] + cb * z[i];
     mag[i] = abs(ca * y[i]) + abs(cb * z[i]);
   }
-  return max_abs_diff(x, comb) / std::max(to_d(max_abs(mag)), 1e-300);
+  return max_abs_diff(x, comb) / std::max(to_d(max_abs(mag)), floor);
 }
 
 // P3: (o, ht) is jointly linear in (v, h0). A second (v, h0) is drawn from `seed`.
@@ -83,7 +105,10 @@ double check_P3_linearity(F&& impl, const Inputs<S>& in, uint64_t seed, double c
   for (size_t i = 0; i < in.v.size(); ++i) in3.v[i] = ca * in.v[i] + cb * in2.v[i];
   for (size_t i = 0; i < in.h0.size(); ++i) in3.h0[i] = ca * in.h0[i] + cb * in2.h0[i];
   const auto r1 = impl(in), r2 = impl(in2), r3 = impl(in3);
-  return std::max(rel_combo(r3.o, r1.o, r2.o, ca, cb), rel_combo(r3.ht, r1.ht, r2.ht, ca, cb));
+  using std::abs;
+  const double floor = std::max({to_d(abs(ca)) * query_state_floor(in, r1.ht),
+                                 to_d(abs(cb)) * query_state_floor(in2, r2.ht), query_state_floor(in3, r3.ht)});
+  return std::max(rel_combo(r3.o, r1.o, r2.o, ca, cb, floor), rel_combo(r3.ht, r1.ht, r2.ht, ca, cb));
 }
 
 inline bool q_in_erase(Variant v, Arm a) {
@@ -112,27 +137,6 @@ double check_P6_padding(F&& impl, const Inputs<S>& in, const std::vector<int64_t
   const auto padded = insert_identity_steps(in, pads, pos, seed);
   const auto r = impl(in), rp = impl(padded);
   return std::max(rel_max(gather_tokens(rp.o, in.dims, padded.dims.T, pos), r.o), rel_max(rp.ht, r.ht));
-}
-
-// The floor under the scale that P7 and P8 measure o against. Each o_t is a sum over the K key
-// channels of state entries times query entries, so its rounding is proportional to
-// |S_t|^T |q_t|, not to |o_t|: when q_t is nearly orthogonal to the state's rows, o_t is small
-// and a relabelled or rotated run legitimately differs from it by a few ulps of the terms. (A
-// one-step K = 2 case with |q . k| about 0.03 gave 4e-13 relative to max|o|, 1.9e-16 relative to
-// this floor.) The floor is max|S| over the initial and final states times the largest l1 norm
-// of a scaled query; a broken invariance moves o by O(1) of it, so mutants are still caught.
-template <class S>
-double query_state_floor(const Inputs<S>& in, const std::vector<S>& ht) {
-  const int64_t K = in.dims.K;
-  using std::abs;
-  S qmax(0);
-  for (size_t i = 0; i * K < in.q.size(); ++i) {
-    S l1(0);
-    for (int64_t c = 0; c < K; ++c) l1 += abs(in.q[i * K + c]);
-    qmax = std::max<S>(qmax, l1);
-  }
-  const S smax = std::max<S>(max_abs(ht), in.h0.empty() ? S(0) : max_abs(in.h0));
-  return std::max(to_d(smax * qmax * abs(in.scale)), 1e-300);
 }
 
 // P7: relabelling key and value channels relabels o and ht accordingly.
