@@ -110,6 +110,16 @@ TEST(Mutants, P8RotationCatchesDiagonalProjector) {
                 check_P8_rotation(mutant(mut::Fwd::diagonal_projector), in, R), 1e-13);
 }
 
+// P9 (c) with the floors of P10 under its scales: a projector that is not the orthogonal one
+// (identity on q perpendicular to k) separates nogate from nogate_noproj.
+TEST(Mutants, P9QPerpKCatchesDiagonalProjector) {
+  const auto s = spec(Variant::qed, Arm::nogate, 9);
+  SCOPED_TRACE(replay_line(s));
+  const auto in = make_inputs(s);
+  expect_caught("P9c vs diagonal_projector", check_P9_q_perp_k(ref, in, 9),
+                check_P9_q_perp_k(mutant(mut::Fwd::diagonal_projector), in, 9), 1e-13);
+}
+
 TEST(Mutants, P9ArmsCatchUnprojectedRand) {
   const auto s = spec(Variant::qed, Arm::rand, 8);
   SCOPED_TRACE(replay_line(s));
