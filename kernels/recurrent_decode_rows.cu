@@ -44,6 +44,15 @@ struct Cols<4> {
   __device__ static void unpack(const vec& v, float (&x)[4]) { x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w; }
 };
 
+// Column c's sum over the NW warps' partials, in warp order (the same order in every thread).
+template <int NW, int BV>
+__device__ __forceinline__ float sum_over_warps(const float (&part)[NW][BV], int c) {
+  float s = 0.f;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) s += part[w][c];
+  return s;
+}
+
 // K rows, NW warps (warp w owns rows w, w + NW, ...), CPL columns per lane.
 template <int K, int NW, int CPL>
 __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
@@ -118,12 +127,7 @@ __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
   __syncthreads();
   float u[CPL];
 #pragma unroll
-  for (int e = 0; e < CPL; ++e) {
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) s += red_u[w][lane * CPL + e];
-    u[e] = z[e] - s;
-  }
+  for (int e = 0; e < CPL; ++e) u[e] = z[e] - sum_over_warps(red_u, lane * CPL + e);
 
   // 4. S <- D S + k u^T, written back at once; this thread's partial of o = S^T (scale q).
   float* out = A.ht.p + slot * A.ht.sn + h * A.ht.sh + j0;
@@ -146,12 +150,7 @@ __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
   if (warp == 0 && A.o.p) {
     const int64_t oo = seq_off(A.o, n, 0, h);
 #pragma unroll
-    for (int e = 0; e < CPL; ++e) {
-      float s = 0.f;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) s += red_o[w][lane * CPL + e];
-      stf(A.o.p, oo + j0 + e, A.o.dt, s);
-    }
+    for (int e = 0; e < CPL; ++e) stf(A.o.p, oo + j0 + e, A.o.dt, sum_over_warps(red_o, lane * CPL + e));
   }
 }
 
@@ -198,7 +197,7 @@ Status launch_rows_k(const char* fn, const RecArgs& A, RowsShape s, cudaStream_t
 bool decode_rows_eligible(const RecArgs& A) {
   if (A.cu || A.T != 1 || A.V % 64 != 0) return false;
   if (A.K != 64 && A.K != 128 && A.K != 256) return false;
-  // 8-byte vector access of the state (two columns per lane at least).
+  // Vector access of the state: 16-byte aligned rows serve both two and four columns per lane.
   auto aligned = [](const void* p, int64_t sn, int64_t sh, int64_t sk) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && sn % 4 == 0 && sh % 4 == 0 && sk % 4 == 0;
   };

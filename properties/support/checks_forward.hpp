@@ -56,7 +56,7 @@ double check_P2_sequences(F&& impl, const Inputs<S>& in) {
   return r;
 }
 
-// The floor under the scale that P3, P7 and P8 measure o against. Each o_t is a sum over the K
+// The floor under the scale that P3, P7, P8, P9 (c) and P10 measure o against. Each o_t is a sum over the K
 // key channels of state entries times query entries, so its rounding is proportional to
 // |S_t|^T |q_t|, not to |o_t|: when q_t is nearly orthogonal to the state's rows, o_t is small
 // and a combined, relabelled or rotated run legitimately differs from it by a few ulps of the
@@ -99,6 +99,14 @@ double write_term_floor(const Inputs<S>& in) {
     m = std::max<S>(m, kmax * zmax);
   }
   return std::max(to_d(m), 1e-300);
+}
+
+// The residual of P9 (c) and P10, two evaluations of the same map on `in`: o against the
+// query-times-state floor, ht against the write-term floor, each alongside max|value| as usual.
+template <class S, class R>
+double floored_residual(const Inputs<S>& in, const R& got, const R& want) {
+  return std::max(rel_max(got.o, want.o, query_state_floor(in, want.ht)),
+                  rel_max(got.ht, want.ht, write_term_floor(in)));
 }
 
 // max_i |x_i - (ca y_i + cb z_i)| / max(max_i (|ca y_i| + |cb z_i|), floor)
@@ -273,7 +281,7 @@ double check_P9_q_perp_k(F&& impl, const Inputs<S>& in, uint64_t seed) {
   // q is orthogonal to k only to rounding, so nogate's projection is a few ulps, not 0: o and ht
   // are measured against the floors of P10 (cancelling outputs and states seen at 5.5e-14 of
   // max|value| with random seeds).
-  return std::max(rel_max(n.o, np.o, query_state_floor(x, np.ht)), rel_max(n.ht, np.ht, write_term_floor(x)));
+  return floored_residual(x, n, np);
 }
 
 // P9 (d): q_t = r (every t) makes full equal rand.
@@ -314,20 +322,12 @@ Inputs<S> tied_gdn2(const Inputs<S>& in) {
   return x;
 }
 
-// P10's residual: o against the query-times-state floor, ht against the write-term floor (both
-// above), each alongside max|value| as usual.
-template <class S, class R>
-double p10_residual(const Inputs<S>& in, const R& r, const R& lit) {
-  return std::max(rel_max(r.o, lit.o, query_state_floor(in, lit.ht)),
-                  rel_max(r.ht, lit.ht, write_term_floor(in)));
-}
-
 // P10 (a): gdn2 with tied gates against the literal KDA / GDN / DeltaNet rule of `in`'s variant.
 template <class S, class F>
 double check_P10_tied(F&& impl, const Inputs<S>& in) {
   const auto lit = reference::literal::forward(in);
   const auto r = impl(tied_gdn2(in));
-  return p10_residual(in, r, lit);
+  return floored_residual(in, r, lit);
 }
 
 // P10 (b): the implementation against the literal rule of the same variant (matrix oracle for
@@ -336,7 +336,7 @@ template <class S, class F>
 double check_P10_literal(F&& impl, const Inputs<S>& in) {
   const auto lit = reference::literal::forward(in);
   const auto r = impl(in);
-  return p10_residual(in, r, lit);
+  return floored_residual(in, r, lit);
 }
 
 }  // namespace qed::properties
