@@ -191,14 +191,15 @@ def main():
     H, K, V = 16, 128, 128
     # Side by side at B=512 (tuning overrides of recurrent_decode): the tile kernel (bitwise the
     # forward's step) in its grid orders and block widths, and the row kernel in its launch shapes.
-    configs = [("tile flat 1w", {"QED_REC_DECODE_KERNEL": "tile", "QED_REC_DECODE_WARPS": "1"}),
-               ("tile flat 4w", {"QED_REC_DECODE_KERNEL": "tile", "QED_REC_DECODE_WARPS": "4"}),
-               ("tile nhz 4w", {"QED_REC_DECODE_KERNEL": "tile", "QED_REC_DECODE_WARPS": "4",
-                                "QED_REC_DECODE_GRID": "nhz"}),
-               ("rows 4x2", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "4x2"}),
+    configs = [("tile flat 4w", {"QED_REC_DECODE_KERNEL": "tile", "QED_REC_DECODE_WARPS": "4"}),
                ("rows 8x2", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "8x2"}),
-               ("rows 16x2", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "16x2"}),
-               ("rows 8x4", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "8x4"})]
+               ("rows 8x4", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "8x4"}),
+               ("rows 16x4", {"QED_REC_DECODE_KERNEL": "rows", "QED_REC_DECODE_ROWS": "16x4"}),
+               ("stream 8x2x3", {"QED_REC_DECODE_KERNEL": "stream", "QED_REC_DECODE_STREAM": "8x2x3"}),
+               ("stream 8x2x2", {"QED_REC_DECODE_KERNEL": "stream", "QED_REC_DECODE_STREAM": "8x2x2"}),
+               ("stream 8x2x4", {"QED_REC_DECODE_KERNEL": "stream", "QED_REC_DECODE_STREAM": "8x2x4"}),
+               ("stream 4x2x3", {"QED_REC_DECODE_KERNEL": "stream", "QED_REC_DECODE_STREAM": "4x2x3"}),
+               ("stream 8x4x2", {"QED_REC_DECODE_KERNEL": "stream", "QED_REC_DECODE_STREAM": "8x4x2"})]
     tuning = ["| decode tuning | " + " | ".join(c[0] for c in configs) + " |", "| --- |" + " --- |" * len(configs)]
     for Bd in (1, 512):
         qd, kd, vd, gd, bd, wd = gdn2_inputs(Bd, 1, H, K, V, torch.bfloat16, gen)
@@ -216,7 +217,7 @@ def main():
 
         nbytes = 2 * Bd * H * K * V * 4 + Bd * H * (4 * K + 3 * V) * 2 + Bd * 4
         tune = {}
-        for label, env in configs if Bd >= 64 else configs[1:2] + configs[4:5]:
+        for label, env in configs if Bd >= 64 else configs[0:2] + configs[4:5]:
             os.environ.update(env)
             tune[label] = graph_us(ours_dec, replays=100, rounds=3)[0]
             for key in env:

@@ -4,8 +4,8 @@ step bench/bench_recurrent.py times), run once for a profiler, e.g.
   ncu --clock-control none -k regex:rec_decode --section SpeedOfLight \\
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \\
       python3 bench/profile_decode.py --lib-dir BUILD
-(BUILD: a bench/device build holding librecurrent_capi.so). QED_REC_DECODE_GRID and
-QED_REC_DECODE_WARPS pick the launch shape as in the benchmark. Not a benchmark itself."""
+(BUILD: a bench/device build holding librecurrent_capi.so). QED_REC_DECODE_KERNEL and the
+shape variables (QED_REC_DECODE_GRID/WARPS, _ROWS, _STREAM) pick the kernel as in the benchmark. Not a benchmark itself."""
 import argparse
 import ctypes
 import os

@@ -6,17 +6,21 @@
 // ncu found it bound by L1/TEX traffic (88%) with DRAM at 62%. Here a warp's load is one
 // contiguous stretch of a state row (32 lanes x CPL floats: 256 or 512 bytes), a block holds all
 // K rows of BV = 32 * CPL columns, its warps split the rows, and one warp prepares the head's
-// vectors once for the whole block while the others' state loads are in flight. The two sums
-// over rows (u = (D S)^T a and o = S^T q) are per-thread partials over its rows, then a sum over
-// warps through shared memory in a fixed order: deterministic, but in a different order from the
-// sequence kernel, so this step equals the forward's to rounding, not bitwise (the tile kernel,
+// vectors once for the whole block while the others' state loads are in flight. Both sums over
+// rows come from one pass, u = (D S)^T a and p = (D S)^T (scale q), with o = p + (q^T k) u
+// (= S_new^T (scale q)): per-thread partials over its rows, then one sum over warps through
+// shared memory in a fixed order. Deterministic, but in a different order from the sequence
+// kernel, so this step equals the forward's to rounding, not bitwise (the tile kernel,
 // QED_REC_DECODE_KERNEL=tile, is the bitwise one).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <string>
 
 #include "kernels/api.hpp"
+#include "kernels/chunked_common.cuh"  // cp16, cp_commit, cp_wait
 #include "kernels/recurrent_common.cuh"
 #include "kernels/recurrent_launch.cuh"
 
@@ -53,6 +57,88 @@ __device__ __forceinline__ float sum_over_warps(const float (&part)[NW][BV], int
   return s;
 }
 
+// This thread's raw v and w (or beta) for its CPL columns from j0; z = w v is their product.
+template <int CPL>
+__device__ __forceinline__ void load_vw(const RecArgs& A, int64_t n, int64_t h, int64_t j0, float (&vr)[CPL],
+                                        float (&wr)[CPL]) {
+  const bool has_bw = A.variant == kGdn2 || A.variant == kQed;
+  const int64_t ov = seq_off(A.v, n, 0, h), ow = seq_off(A.w, n, 0, h);
+  const float bs = has_bw ? 0.f : ldf(A.beta.p, seq_off(A.beta, n, 0, h), A.beta.dt);
+#pragma unroll
+  for (int e = 0; e < CPL; ++e) {
+    wr[e] = has_bw ? ldf(A.w.p, ow + j0 + e, A.w.dt) : bs;
+    vr[e] = ldf(A.v.p, ov + j0 + e, A.v.dt);
+  }
+}
+
+// Warp 0: the head's vectors alpha | a | scale q | k into vec and (scale q)^T k into *qk, summed
+// in a fixed order.
+template <int K>
+__device__ __forceinline__ void prepare_decode(const RecArgs& A, int64_t h, const RawStep<K>& raw, float* vec,
+                                               float* qk) {
+  prepare_step<K>(A, h, raw, 0, 0, vec, nullptr);
+  const int lane = threadIdx.x & 31;
+  float s = 0.f;
+  for (int c = lane; c < K; c += 32) s = fmaf(vec[2 * K + c], vec[3 * K + c], s);  // this lane's own writes
+  s = warp_sum(s);
+  if (lane == 0) *qk = s;
+}
+
+// One tile's step, the same in both row kernels. This thread holds rows warp + NW i of the state
+// (CPL columns from j0) in S. One pass gives the partials of both sums over rows, u = (D S)^T a
+// and p = (D S)^T (scale q); one barrier; then S <- D S + k u^T is stored, and
+// o = p + ((scale q)^T k) u, which equals S_new^T (scale q) without a second pass and barrier.
+// Sums over warps in warp order: deterministic. The caller's next write to red_u / red_o must
+// come after a barrier that follows this call.
+template <int K, int NW, int CPL>
+__device__ __forceinline__ void decode_tile_step(const RecArgs& A, float (&S)[K / NW][CPL], const float* vec,
+                                                 const float* qk, const float (&z)[CPL],
+                                                 float (&red_u)[NW][32 * CPL], float (&red_o)[NW][32 * CPL],
+                                                 int64_t n, int64_t h, int64_t slot, int64_t j0) {
+  using C = Cols<CPL>;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float pa[CPL], pq[CPL];
+#pragma unroll
+  for (int e = 0; e < CPL; ++e) pa[e] = pq[e] = 0.f;
+#pragma unroll
+  for (int i = 0; i < K / NW; ++i) {
+    const int row = warp + NW * i;
+    const float al = vec[row], aa = vec[K + row], qq = vec[2 * K + row];
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) {
+      S[i][e] *= al;
+      pa[e] = fmaf(aa, S[i][e], pa[e]);
+      pq[e] = fmaf(qq, S[i][e], pq[e]);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < CPL; ++e) {
+    red_u[warp][lane * CPL + e] = pa[e];
+    red_o[warp][lane * CPL + e] = pq[e];
+  }
+  __syncthreads();
+  float u[CPL];
+#pragma unroll
+  for (int e = 0; e < CPL; ++e) u[e] = z[e] - sum_over_warps(red_u, lane * CPL + e);
+  if (A.ht.p) {
+    float* out = A.ht.p + slot * A.ht.sn + h * A.ht.sh + j0;
+#pragma unroll
+    for (int i = 0; i < K / NW; ++i) {
+      const int row = warp + NW * i;
+      const float kk = vec[3 * K + row];
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) S[i][e] = fmaf(kk, u[e], S[i][e]);
+      C::store(out + row * A.ht.sk, S[i]);
+    }
+  }
+  if (warp == 0 && A.o.p) {
+    const int64_t oo = seq_off(A.o, n, 0, h);
+    const float c = *qk;
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) stf(A.o.p, oo + j0 + e, A.o.dt, fmaf(c, u[e], sum_over_warps(red_o, lane * CPL + e)));
+  }
+}
+
 // K rows, NW warps (warp w owns rows w, w + NW, ...), CPL columns per lane.
 template <int K, int NW, int CPL>
 __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
@@ -61,7 +147,8 @@ __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
   using C = Cols<CPL>;
   __shared__ __align__(16) float vec[4 * K];       // alpha | a | scale q | k
   __shared__ __align__(16) float red_u[NW][BV];    // per-warp partial sums of u
-  __shared__ __align__(16) float red_o[NW][BV];    // per-warp partial sums of o
+  __shared__ __align__(16) float red_o[NW][BV];    // per-warp partial sums of (D S)^T (scale q)
+  __shared__ float qk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t nz = A.V / BV;
   const int64_t vz = blockIdx.x % nz, h = blockIdx.x / nz % A.H, n = blockIdx.x / nz / A.H;
@@ -90,72 +177,129 @@ __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
     }
   }
   // 2. This thread's z = w v (or beta v) for its columns; warp 0 prepares the head's vectors.
-  float z[CPL];
-  {
-    const bool has_bw = A.variant == kGdn2 || A.variant == kQed;
-    const int64_t ov = seq_off(A.v, n, 0, h), ow = seq_off(A.w, n, 0, h);
-    const float bs = has_bw ? 0.f : ldf(A.beta.p, seq_off(A.beta, n, 0, h), A.beta.dt);
+  float z[CPL], vr[CPL], wr[CPL];
+  load_vw<CPL>(A, n, h, j0, vr, wr);
 #pragma unroll
-    for (int e = 0; e < CPL; ++e) {
-      const float wv = has_bw ? ldf(A.w.p, ow + j0 + e, A.w.dt) : bs;
-      z[e] = wv * ldf(A.v.p, ov + j0 + e, A.v.dt);
-    }
-  }
+  for (int e = 0; e < CPL; ++e) z[e] = wr[e] * vr[e];
   if (warp == 0) {
     RawStep<K> raw;
     load_raw<K>(A, n, 0, h, true, 0, 0, raw);
-    prepare_step<K>(A, h, raw, 0, 0, vec, nullptr);
+    prepare_decode<K>(A, h, raw, vec, &qk);
   }
   __syncthreads();
+  // 3. The step.
+  decode_tile_step<K, NW, CPL>(A, S, vec, &qk, z, red_u, red_o, n, h, slot, j0);
+}
 
-  // 3. D S and this thread's partial of u = (D S)^T a.
-  float part[CPL];
-#pragma unroll
-  for (int e = 0; e < CPL; ++e) part[e] = 0.f;
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    const int row = warp + NW * i;
-    const float al = vec[row], aa = vec[K + row];
-#pragma unroll
-    for (int e = 0; e < CPL; ++e) {
-      S[i][e] *= al;
-      part[e] = fmaf(aa, S[i][e], part[e]);
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < CPL; ++e) red_u[warp][lane * CPL + e] = part[e];
-  __syncthreads();
-  float u[CPL];
-#pragma unroll
-  for (int e = 0; e < CPL; ++e) u[e] = z[e] - sum_over_warps(red_u, lane * CPL + e);
+// ---- the pipelined row kernel ("stream") ----
+// The row kernel above loads, waits, computes and stores, one (sequence, head, value block) per
+// block: the DRAM pipe idles while a block reduces, and the device measured 3.42 TB/s at best.
+// Here a persistent block walks its tiles t = blockIdx.x, + gridDim.x, ... and the state of the
+// next ST - 1 tiles is already on its way into shared memory (cp.async, 16 bytes per thread and
+// copy, one commit group per tile), so that the loads of later tiles overlap the sums and stores
+// of this one. (A first version brought each state row in with one cp.async.bulk copy of 256
+// bytes: 2.27 TB/s, the copy engine's rate for such small copies.) Per tile: warp 0 prepares the
+// head's vectors from raw inputs it loaded during the previous tile, every thread waits for its
+// stage, then the row kernel's step (decode_tile_step: the two kernels agree bitwise). Stores go
+// straight from registers (__stcs).
 
-  // 4. S <- D S + k u^T, written back at once; this thread's partial of o = S^T (scale q).
-  float* out = A.ht.p + slot * A.ht.sn + h * A.ht.sh + j0;
+// Tile t of the decode: (sequence n, head h, value block vz) and its state slot (-1: padding).
+// 32-bit arithmetic (the launch keeps tile numbers below 2^31): a persistent block decodes two
+// tiles per step, and 64-bit divisions there cost as much as the step's arithmetic.
+struct DecodeTile {
+  int64_t n, h, vz, slot;
+};
+__device__ __forceinline__ DecodeTile decode_tile(const RecArgs& A, uint32_t t, uint32_t nz, uint32_t tiles) {
+  DecodeTile d;
+  if (t >= tiles) return {0, 0, 0, -1};  // past the end: nothing to read
+  const uint32_t nh = t / nz;
+  d.vz = t - nh * nz;
+  d.n = nh / static_cast<uint32_t>(A.H);
+  d.h = nh - static_cast<uint32_t>(d.n) * static_cast<uint32_t>(A.H);
+  d.slot = d.n;
+  if (A.slots) {
+    d.slot = A.slots[d.n];
+    if (d.slot < 0 || d.slot >= A.nslots) d.slot = -1;
+  }
+  return d;
+}
+
+template <int K, int NW, int CPL, int ST>
+__global__ void __launch_bounds__(NW * 32) rec_decode_stream_kernel(RecArgs A, uint32_t tiles) {
+  constexpr int RPT = K / NW;
+  constexpr int BV = 32 * CPL;
+  constexpr int kChunks = K * BV / 4;  // 16-byte copies per tile
+  using C = Cols<CPL>;
+  extern __shared__ __align__(128) float stage[];  // ST x K x BV
+  __shared__ __align__(16) float vec[2][4 * K];     // two tiles' vectors: warp 0 prepares the next
+  __shared__ __align__(16) float red_u[NW][BV];     // while the others still read this one
+  __shared__ __align__(16) float red_o[NW][BV];
+  __shared__ float qk[2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint32_t nz = static_cast<uint32_t>(A.V / BV), G = gridDim.x;
+  const bool ld = A.h0.p != nullptr;
+
+  // Every thread starts its share of tile t's state on its way into stage s, and closes one
+  // commit group per tile (an empty one where there is nothing to copy, so that "the group of
+  // tile it" is always the (it)-th).
+  auto issue = [&](const DecodeTile& d, int s) {
+    if (ld && d.slot >= 0) {
+      const float* src = A.h0.p + d.slot * A.h0.sn + d.h * A.h0.sh + d.vz * BV;
+      float* dst = stage + static_cast<size_t>(s) * K * BV;
 #pragma unroll
-  for (int e = 0; e < CPL; ++e) part[e] = 0.f;
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    const int row = warp + NW * i;
-    const float qq = vec[2 * K + row], kk = vec[3 * K + row];
-#pragma unroll
-    for (int e = 0; e < CPL; ++e) {
-      S[i][e] = fmaf(kk, u[e], S[i][e]);
-      part[e] = fmaf(qq, S[i][e], part[e]);
+      for (int c = threadIdx.x; c < kChunks; c += NW * 32) {
+        const int row = c / (BV / 4), col = (c % (BV / 4)) * 4;
+        chunked::cp16(dst + row * BV + col, src + row * A.h0.sk + col);
+      }
     }
-    if (A.ht.p) C::store(out + row * A.ht.sk, S[i]);
+    chunked::cp_commit();
+  };
+
+#pragma unroll 1
+  for (int s = 0; s + 1 < ST; ++s) issue(decode_tile(A, blockIdx.x + s * G, nz, tiles), s);
+  DecodeTile d = decode_tile(A, blockIdx.x, nz, tiles);  // this step's tile; the next one's is decoded below
+  RawStep<K> raw;  // warp 0: the raw inputs of tile d, loaded one step ahead
+  float vr[CPL], wr[CPL];  // this thread's v and w (or beta) of tile d, likewise
+  if (d.slot >= 0) {
+    if (warp == 0) load_raw<K>(A, d.n, 0, d.h, true, 0, 0, raw);
+    load_vw<CPL>(A, d.n, d.h, d.vz * BV + lane * CPL, vr, wr);
   }
+  uint32_t it = 0;
+#pragma unroll 1
+  for (uint32_t t = blockIdx.x; t < tiles; t += G, ++it) {
+    const int s = static_cast<int>(it % ST), b = static_cast<int>(it & 1);
+    const DecodeTile dn = decode_tile(A, t + G, nz, tiles);
+    // The stage of tile it + ST - 1 was last read in step it - 1, before that step's barrier.
+    issue(ST == 2 ? dn : decode_tile(A, t + (ST - 1) * G, nz, tiles), static_cast<int>((it + ST - 1) % ST));
+    if (d.slot >= 0 && warp == 0) prepare_decode<K>(A, d.h, raw, vec[b], &qk[b]);
+    float z[CPL];
 #pragma unroll
-  for (int e = 0; e < CPL; ++e) red_o[warp][lane * CPL + e] = part[e];
-  __syncthreads();
-  if (warp == 0 && A.o.p) {
-    const int64_t oo = seq_off(A.o, n, 0, h);
+    for (int e = 0; e < CPL; ++e) z[e] = wr[e] * vr[e];
+    if (dn.slot >= 0) {  // the next tile's inputs, in flight during this step
+      if (warp == 0) load_raw<K>(A, dn.n, 0, dn.h, true, 0, 0, raw);
+      load_vw<CPL>(A, dn.n, dn.h, dn.vz * BV + lane * CPL, vr, wr);
+    }
+    chunked::cp_wait<ST - 1>();  // this tile's group (ST - 1 younger ones may still be in flight)
+    __syncthreads();             // every thread's copies have landed; vec[b] is ready
+    if (d.slot >= 0) {           // (not a padding entry: uniform over the block)
+      const float* St = stage + static_cast<size_t>(s) * K * BV + lane * CPL;
+      float S[RPT][CPL];
 #pragma unroll
-    for (int e = 0; e < CPL; ++e) stf(A.o.p, oo + j0 + e, A.o.dt, sum_over_warps(red_o, lane * CPL + e));
+      for (int i = 0; i < RPT; ++i) {
+        if (ld) C::unpack(*reinterpret_cast<const typename C::vec*>(St + (warp + NW * i) * BV), S[i]);
+        else
+#pragma unroll
+          for (int e = 0; e < CPL; ++e) S[i][e] = 0.f;
+      }
+      decode_tile_step<K, NW, CPL>(A, S, vec[b], &qk[b], z, red_u, red_o, d.n, d.h, d.slot, d.vz * BV + lane * CPL);
+    }
+    d = dn;
   }
+  chunked::cp_wait<0>();  // nothing may still be landing in shared memory when the block leaves
 }
 
 // The launch shape: (warps per block, columns per lane). Tuning override for the side-by-side
-// table of bench/bench_recurrent.py: QED_REC_DECODE_ROWS=NWxCPL, one of 4x2, 8x2, 16x2, 8x4.
+// table of bench/bench_recurrent.py: QED_REC_DECODE_ROWS=NWxCPL, one of 4x2, 8x2, 16x2, 8x4, 16x4.
 struct RowsShape {
   int nw = 8, cpl = 2;
 };
@@ -168,6 +312,7 @@ RowsShape rows_shape() {
     else if (v == "8x2") s = {8, 2};
     else if (v == "16x2") s = {16, 2};
     else if (v == "8x4") s = {8, 4};
+    else if (v == "16x4") s = {16, 4};
   }
   return s;
 }
@@ -189,7 +334,59 @@ Status launch_rows_k(const char* fn, const RecArgs& A, RowsShape s, cudaStream_t
     if (s.nw == 16) return launch_rows<K, 16, 2>(fn, A, stream);
     return launch_rows<K, 8, 2>(fn, A, stream);
   }
+  if (s.nw == 16) return launch_rows<K, 16, 4>(fn, A, stream);
   return launch_rows<K, 8, 4>(fn, A, stream);
+}
+
+// The pipelined kernel's shapes: QED_REC_DECODE_STREAM=NWxCPLxST, one of 8x2x3 (the default),
+// 8x2x2, 8x2x4, 4x2x3, 8x4x2 (K = 256: 8x2x2 always, its stages being 64 KB).
+struct StreamShape {
+  int nw = 8, cpl = 2, st = 3;
+};
+
+StreamShape stream_shape() {
+  StreamShape s;
+  if (const char* e = std::getenv("QED_REC_DECODE_STREAM")) {
+    const std::string v(e);
+    if (v == "8x2x2") s = {8, 2, 2};
+    else if (v == "8x2x4") s = {8, 2, 4};
+    else if (v == "4x2x3") s = {4, 2, 3};
+    else if (v == "8x4x2") s = {8, 4, 2};
+  }
+  return s;
+}
+
+template <int K, int NW, int CPL, int ST>
+Status launch_stream(const char* fn, const RecArgs& A, cudaStream_t stream) {
+  auto kern = rec_decode_stream_kernel<K, NW, CPL, ST>;
+  constexpr size_t smem = size_t{ST} * K * 32 * CPL * 4;
+  // Once per instance: the shared-memory opt-in and how many blocks fit on a multiprocessor.
+  static const std::pair<cudaError_t, int> setup = [&] {
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    int per_sm = 0;
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem);
+    return std::make_pair(e, per_sm);
+  }();
+  if (setup.first != cudaSuccess) return cuda_status(fn, "decode kernel set-up", setup.first);
+  if (setup.second < 1) return {StatusCode::unsupported, std::string(fn) + ": decode kernel does not fit a multiprocessor"};
+  const int64_t tiles = A.N * A.H * (A.V / (32 * CPL));
+  if (tiles > (int64_t{1} << 31) - 1)
+    return {StatusCode::unsupported, std::string(fn) + ": N * H * value blocks exceeds 2^31 - 1"};
+  int64_t grid = std::min<int64_t>(tiles, int64_t{setup.second} * num_sms());
+  // Tests cap the grid (QED_REC_DECODE_STREAM_BLOCKS) so that one block walks many tiles.
+  if (const char* e = std::getenv("QED_REC_DECODE_STREAM_BLOCKS")) grid = std::clamp<int64_t>(std::atoll(e), 1, grid);
+  rec_decode_stream_kernel<K, NW, CPL, ST><<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(A, static_cast<uint32_t>(tiles));
+  return cuda_status(fn, "decode kernel launch", cudaGetLastError());
+}
+
+template <int K>
+Status launch_stream_k(const char* fn, const RecArgs& A, StreamShape s, cudaStream_t stream) {
+  if (s.cpl == 4 && A.V % 128 != 0) s = {8, 2, 3};
+  if (s.cpl == 4) return launch_stream<K, 8, 4, 2>(fn, A, stream);
+  if (s.nw == 4) return launch_stream<K, 4, 2, 3>(fn, A, stream);
+  if (s.st == 2) return launch_stream<K, 8, 2, 2>(fn, A, stream);
+  if (s.st == 4) return launch_stream<K, 8, 2, 4>(fn, A, stream);
+  return launch_stream<K, 8, 2, 3>(fn, A, stream);
 }
 
 }  // namespace
@@ -204,6 +401,17 @@ bool decode_rows_eligible(const RecArgs& A) {
   if (A.h0.p && !aligned(A.h0.p, A.h0.sn, A.h0.sh, A.h0.sk)) return false;
   if (A.ht.p && !aligned(A.ht.p, A.ht.sn, A.ht.sh, A.ht.sk)) return false;
   return true;
+}
+
+Status launch_rec_decode_stream(const char* fn, const RecArgs& A, cudaStream_t stream) {
+  if (A.N == 0) return {};
+  const StreamShape s = stream_shape();
+  switch (A.K) {
+    case 64: return launch_stream_k<64>(fn, A, s, stream);
+    case 128: return launch_stream_k<128>(fn, A, s, stream);
+    case 256: return launch_stream<256, 8, 2, 2>(fn, A, stream);
+  }
+  return {StatusCode::unsupported, std::string(fn) + ": K not built for the pipelined decode kernel"};
 }
 
 Status launch_rec_decode_rows(const char* fn, const RecArgs& A, cudaStream_t stream) {

@@ -385,7 +385,8 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
   const std::string pick = e ? e : "tile";
   bool rows = detail::decode_rows_eligible(A);
   if (pick == "auto") rows = rows && A.N * A.H * (A.V / 64) >= 8 * detail::num_sms();
-  else if (pick != "rows") rows = false;
+  else if (pick != "rows" && pick != "stream") rows = false;
+  if (rows && pick == "stream") return detail::launch_rec_decode_stream(fn, A, p.problem.stream);
   if (rows) return detail::launch_rec_decode_rows(fn, A, p.problem.stream);
   return detail::launch_rec_decode(fn, A, p.problem.stream);
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -221,7 +222,7 @@ TEST(GpuDecode, RowKernelMatchesForwardToRounding) {
   // Under compute-sanitizer (QED_GPU_QUICK=1) the two shapes that differ in columns per lane.
   const bool quick = std::getenv("QED_GPU_QUICK") != nullptr;
   const std::vector<const char*> shapes =
-      quick ? std::vector<const char*>{"8x2", "8x4"} : std::vector<const char*>{"8x2", "4x2", "16x2", "8x4"};
+      quick ? std::vector<const char*>{"8x2", "8x4"} : std::vector<const char*>{"8x2", "4x2", "16x2", "8x4", "16x4"};
   for (const char* shape : shapes) {
     SCOPED_TRACE(std::string("row shape ") + shape);
     ScopedEnv s("QED_REC_DECODE_ROWS", shape);
@@ -235,6 +236,33 @@ TEST(GpuDecode, RowKernelMatchesForwardToRounding) {
                       decode_matches_forward(Variant::deltanet, Arm::none, 256, 128, DType::fp32, Match::rounding)});
   }
   std::printf("[decode rows] worst difference from the forward: %.3g of max(1, |forward|)\n", worst);
+}
+
+// The pipelined row kernel: every shape, and grids capped at 1 and 3 blocks so that a block walks
+// many tiles (stage reuse, barrier parities, the padding entry in the middle of a block's walk).
+TEST(GpuDecode, StreamKernelMatchesForwardToRounding) {
+  REQUIRE_DEVICE();
+  ScopedEnv kernel("QED_REC_DECODE_KERNEL", "stream");
+  double worst = 0.0;
+  const bool quick = std::getenv("QED_GPU_QUICK") != nullptr;
+  // Under compute-sanitizer (QED_GPU_QUICK=1): one shape, the full grid and a 3-block grid.
+  const std::vector<const char*> shapes = quick ? std::vector<const char*>{"8x2x3"}
+                                                : std::vector<const char*>{"8x2x3", "8x2x2", "8x2x4", "4x2x3", "8x4x2"};
+  const std::vector<const char*> grids = quick ? std::vector<const char*>{"0", "3"} : std::vector<const char*>{"0", "1", "3"};
+  for (const char* blocks : grids)
+    for (const char* shape : shapes) {
+      SCOPED_TRACE(std::string("stream shape ") + shape + ", blocks " + blocks);
+      ScopedEnv s("QED_REC_DECODE_STREAM", shape);
+      std::unique_ptr<ScopedEnv> cap;
+      if (std::string(blocks) != "0") cap = std::make_unique<ScopedEnv>("QED_REC_DECODE_STREAM_BLOCKS", blocks);
+      worst = std::max({worst, decode_matches_forward(Variant::gdn2, Arm::none, 128, 128, DType::bf16, Match::rounding),
+                        decode_matches_forward(Variant::qed, Arm::full, 64, 64, DType::fp32, Match::rounding),
+                        decode_matches_forward(Variant::qed, Arm::rand, 256, 64, DType::fp32, Match::rounding),
+                        decode_matches_forward(Variant::qed, Arm::nogate, 128, 256, DType::fp16, Match::rounding),
+                        decode_matches_forward(Variant::kda, Arm::none, 128, 192, DType::bf16, Match::rounding),
+                        decode_matches_forward(Variant::deltanet, Arm::none, 64, 128, DType::fp32, Match::rounding)});
+    }
+  std::printf("[decode stream] worst difference from the forward: %.3g of max(1, |forward|)\n", worst);
 }
 
 TEST(GpuBackward, BitwiseDeterministic) {
