@@ -376,11 +376,12 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
   A.ht = detail::state_out_arg(p.state);
   A.slots = p.state_indices;
   A.nslots = slots;
-  // Two kernels: the tile kernel (bitwise the forward's step; the default) and the row kernel
-  // (recurrent_decode_rows.cu: a bandwidth-bound layout for large batches, equal to the forward to
-  // rounding). The row kernel is opt-in until it has been measured on the device:
-  // QED_REC_DECODE_KERNEL=rows runs it where it is built (otherwise the tile kernel runs);
-  // QED_REC_DECODE_KERNEL=auto picks it for batches of at least 8 value blocks per multiprocessor.
+  // Three kernels: the tile kernel (bitwise the forward's step; the default), and two row kernels
+  // (recurrent_decode_rows.cu: bandwidth-bound layouts for large batches, equal to the forward to
+  // rounding): "rows", one block per (sequence, head, value block), and "stream", persistent
+  // blocks with cp.async stages. The row kernels are opt-in: QED_REC_DECODE_KERNEL=rows or
+  // =stream runs one where it is built (otherwise the tile kernel runs); =auto picks "rows" for
+  // batches of at least 8 value blocks per multiprocessor.
   const char* e = std::getenv("QED_REC_DECODE_KERNEL");
   const std::string pick = e ? e : "tile";
   bool rows = detail::decode_rows_eligible(A);
