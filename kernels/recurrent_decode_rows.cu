@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
 
 // ---- the pipelined row kernel ("stream") ----
 // The row kernel above loads, waits, computes and stores, one (sequence, head, value block) per
-// block: the DRAM pipe idles while a block reduces, and the device measured 3.42 TB/s at best.
+// block: the DRAM pipe idles while a block reduces (3.25 to 3.44 TB/s on the H200 at B = 512).
 // Here a persistent block walks its tiles t = blockIdx.x, + gridDim.x, ... and the state of the
 // next ST - 1 tiles is already on its way into shared memory (cp.async, 16 bytes per thread and
 // copy, one commit group per tile), so that the loads of later tiles overlap the sums and stores
@@ -339,7 +339,8 @@ Status launch_rows_k(const char* fn, const RecArgs& A, RowsShape s, cudaStream_t
 }
 
 // The pipelined kernel's shapes: QED_REC_DECODE_STREAM=NWxCPLxST, one of 8x2x2 (the default:
-// 3.61 TB/s on the H200 at B = 512, H = 16, K = V = 128), 8x2x3, 8x2x4, 4x2x3, 8x4x2 (K = 256: 8x2x2 always, its stages being 64 KB).
+// 3.61 TB/s on the H200 at B = 512, H = 16, K = V = 128), 8x2x3, 8x2x4, 4x2x3, 8x4x2 (K = 256:
+// 8x2x2 always, its stages being 64 KB).
 struct StreamShape {
   int nw = 8, cpl = 2, st = 2;
 };
@@ -369,14 +370,15 @@ Status launch_stream(const char* fn, const RecArgs& A, cudaStream_t stream) {
     return std::make_pair(e, per_sm);
   }();
   if (setup.first != cudaSuccess) return cuda_status(fn, "decode kernel set-up", setup.first);
-  if (setup.second < 1) return {StatusCode::unsupported, std::string(fn) + ": decode kernel does not fit a multiprocessor"};
+  if (setup.second < 1)
+    return {StatusCode::unsupported, std::string(fn) + ": decode kernel does not fit a multiprocessor"};
   const int64_t tiles = A.N * A.H * (A.V / (32 * CPL));
   if (tiles > (int64_t{1} << 31) - 1)
     return {StatusCode::unsupported, std::string(fn) + ": N * H * value blocks exceeds 2^31 - 1"};
   int64_t grid = std::min<int64_t>(tiles, int64_t{setup.second} * num_sms());
   // Tests cap the grid (QED_REC_DECODE_STREAM_BLOCKS) so that one block walks many tiles.
   if (const char* e = std::getenv("QED_REC_DECODE_STREAM_BLOCKS")) grid = std::clamp<int64_t>(std::atoll(e), 1, grid);
-  rec_decode_stream_kernel<K, NW, CPL, ST><<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(A, static_cast<uint32_t>(tiles));
+  kern<<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(A, static_cast<uint32_t>(tiles));
   return cuda_status(fn, "decode kernel launch", cudaGetLastError());
 }
 

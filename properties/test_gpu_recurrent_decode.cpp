@@ -212,9 +212,22 @@ TEST(GpuDecode, EveryLaunchShapeEqualsForward) {
   unsetenv("QED_REC_DECODE_WARPS");
 }
 
-// The row kernel (large batches): every launch shape it has, every K it is built for, partial
-// and several value blocks, all dtypes, every variant and QED arm; equal to the forward to
-// rounding.
+// The cases both row kernels run, for every launch shape: every K they are built for, one and
+// several value blocks, all dtypes, every variant and QED arm; equal to the forward to rounding.
+// Returns the largest difference seen.
+double row_kernel_cases() {
+  return std::max({decode_matches_forward(Variant::gdn2, Arm::none, 128, 128, DType::bf16, Match::rounding),
+                   decode_matches_forward(Variant::qed, Arm::full, 64, 64, DType::fp32, Match::rounding),
+                   decode_matches_forward(Variant::qed, Arm::rand, 256, 64, DType::fp32, Match::rounding),
+                   decode_matches_forward(Variant::qed, Arm::nogate, 128, 256, DType::fp16, Match::rounding),
+                   decode_matches_forward(Variant::qed, Arm::nogate_noproj, 64, 192, DType::bf16, Match::rounding),
+                   decode_matches_forward(Variant::kda, Arm::none, 128, 192, DType::bf16, Match::rounding),
+                   decode_matches_forward(Variant::gdn, Arm::none, 64, 128, DType::fp16, Match::rounding),
+                   decode_matches_forward(Variant::deltanet, Arm::none, 256, 128, DType::fp32, Match::rounding),
+                   decode_matches_forward(Variant::deltanet, Arm::none, 64, 128, DType::fp32, Match::rounding)});
+}
+
+// The row kernel (one block per sequence, head and value block): every launch shape.
 TEST(GpuDecode, RowKernelMatchesForwardToRounding) {
   REQUIRE_DEVICE();
   ScopedEnv rows("QED_REC_DECODE_KERNEL", "rows");
@@ -226,41 +239,31 @@ TEST(GpuDecode, RowKernelMatchesForwardToRounding) {
   for (const char* shape : shapes) {
     SCOPED_TRACE(std::string("row shape ") + shape);
     ScopedEnv s("QED_REC_DECODE_ROWS", shape);
-    worst = std::max({worst, decode_matches_forward(Variant::gdn2, Arm::none, 128, 128, DType::bf16, Match::rounding),
-                      decode_matches_forward(Variant::qed, Arm::full, 64, 64, DType::fp32, Match::rounding),
-                      decode_matches_forward(Variant::qed, Arm::rand, 256, 64, DType::fp32, Match::rounding),
-                      decode_matches_forward(Variant::qed, Arm::nogate, 128, 256, DType::fp16, Match::rounding),
-                      decode_matches_forward(Variant::qed, Arm::nogate_noproj, 64, 192, DType::bf16, Match::rounding),
-                      decode_matches_forward(Variant::kda, Arm::none, 128, 64, DType::bf16, Match::rounding),
-                      decode_matches_forward(Variant::gdn, Arm::none, 64, 128, DType::fp16, Match::rounding),
-                      decode_matches_forward(Variant::deltanet, Arm::none, 256, 128, DType::fp32, Match::rounding)});
+    worst = std::max(worst, row_kernel_cases());
   }
   std::printf("[decode rows] worst difference from the forward: %.3g of max(1, |forward|)\n", worst);
 }
 
 // The pipelined row kernel: every shape, and grids capped at 1 and 3 blocks so that a block walks
-// many tiles (stage reuse, barrier parities, the padding entry in the middle of a block's walk).
+// many tiles (stage reuse, commit-group counting, the padding entry in the middle of a walk).
 TEST(GpuDecode, StreamKernelMatchesForwardToRounding) {
   REQUIRE_DEVICE();
   ScopedEnv kernel("QED_REC_DECODE_KERNEL", "stream");
   double worst = 0.0;
   const bool quick = std::getenv("QED_GPU_QUICK") != nullptr;
-  // Under compute-sanitizer (QED_GPU_QUICK=1): one shape, the full grid and a 3-block grid.
-  const std::vector<const char*> shapes = quick ? std::vector<const char*>{"8x2x3"}
-                                                : std::vector<const char*>{"8x2x3", "8x2x2", "8x2x4", "4x2x3", "8x4x2"};
-  const std::vector<const char*> grids = quick ? std::vector<const char*>{"0", "3"} : std::vector<const char*>{"0", "1", "3"};
+  // Under compute-sanitizer (QED_GPU_QUICK=1): the default shape and a three-stage one, the full
+  // grid and a 3-block grid.
+  const std::vector<const char*> shapes = quick ? std::vector<const char*>{"8x2x2", "8x2x3"}
+                                                : std::vector<const char*>{"8x2x2", "8x2x3", "8x2x4", "4x2x3", "8x4x2"};
+  const std::vector<const char*> grids =
+      quick ? std::vector<const char*>{"0", "3"} : std::vector<const char*>{"0", "1", "3"};
   for (const char* blocks : grids)
     for (const char* shape : shapes) {
       SCOPED_TRACE(std::string("stream shape ") + shape + ", blocks " + blocks);
       ScopedEnv s("QED_REC_DECODE_STREAM", shape);
       std::unique_ptr<ScopedEnv> cap;
       if (std::string(blocks) != "0") cap = std::make_unique<ScopedEnv>("QED_REC_DECODE_STREAM_BLOCKS", blocks);
-      worst = std::max({worst, decode_matches_forward(Variant::gdn2, Arm::none, 128, 128, DType::bf16, Match::rounding),
-                        decode_matches_forward(Variant::qed, Arm::full, 64, 64, DType::fp32, Match::rounding),
-                        decode_matches_forward(Variant::qed, Arm::rand, 256, 64, DType::fp32, Match::rounding),
-                        decode_matches_forward(Variant::qed, Arm::nogate, 128, 256, DType::fp16, Match::rounding),
-                        decode_matches_forward(Variant::kda, Arm::none, 128, 192, DType::bf16, Match::rounding),
-                        decode_matches_forward(Variant::deltanet, Arm::none, 64, 128, DType::fp32, Match::rounding)});
+      worst = std::max(worst, row_kernel_cases());
     }
   std::printf("[decode stream] worst difference from the forward: %.3g of max(1, |forward|)\n", worst);
 }
