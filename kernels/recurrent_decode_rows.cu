@@ -139,6 +139,27 @@ __device__ __forceinline__ void decode_tile_step(const RecArgs& A, float (&S)[K 
   }
 }
 
+// Tile t of the decode: (sequence n, head h, value block vz) and its state slot (-1: padding).
+// 32-bit arithmetic (both launches keep tile numbers below 2^31): a persistent block decodes two
+// tiles per step, and 64-bit divisions there cost as much as the step's arithmetic.
+struct DecodeTile {
+  int64_t n, h, vz, slot;
+};
+__device__ __forceinline__ DecodeTile decode_tile(const RecArgs& A, uint32_t t, uint32_t nz, uint32_t tiles) {
+  DecodeTile d;
+  if (t >= tiles) return {0, 0, 0, -1};  // past the end: nothing to read
+  const uint32_t nh = t / nz;
+  d.vz = t - nh * nz;
+  d.n = nh / static_cast<uint32_t>(A.H);
+  d.h = nh - static_cast<uint32_t>(d.n) * static_cast<uint32_t>(A.H);
+  d.slot = d.n;
+  if (A.slots) {
+    d.slot = A.slots[d.n];
+    if (d.slot < 0 || d.slot >= A.nslots) d.slot = -1;
+  }
+  return d;
+}
+
 // K rows, NW warps (warp w owns rows w, w + NW, ...), CPL columns per lane.
 template <int K, int NW, int CPL>
 __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
@@ -150,14 +171,10 @@ __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
   __shared__ __align__(16) float red_o[NW][BV];    // per-warp partial sums of (D S)^T (scale q)
   __shared__ float qk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t nz = A.V / BV;
-  const int64_t vz = blockIdx.x % nz, h = blockIdx.x / nz % A.H, n = blockIdx.x / nz / A.H;
-  int64_t slot = n;
-  if (A.slots) {
-    slot = A.slots[n];
-    if (slot < 0 || slot >= A.nslots) return;  // padding entry: the whole block leaves
-  }
-  const int64_t j0 = vz * BV + lane * CPL;
+  const DecodeTile d = decode_tile(A, blockIdx.x, static_cast<uint32_t>(A.V / BV), gridDim.x);
+  if (d.slot < 0) return;  // padding entry: the whole block leaves
+  const int64_t n = d.n, h = d.h, slot = d.slot;
+  const int64_t j0 = d.vz * BV + lane * CPL;
 
   // 1. The state rows, all loads in flight at once (streaming: read once, written once).
   float S[RPT][CPL];
@@ -202,27 +219,6 @@ __global__ void __launch_bounds__(NW * 32) rec_decode_rows_kernel(RecArgs A) {
 // head's vectors from raw inputs it loaded during the previous tile, every thread waits for its
 // stage, then the row kernel's step (decode_tile_step: the two kernels agree bitwise). Stores go
 // straight from registers (__stcs).
-
-// Tile t of the decode: (sequence n, head h, value block vz) and its state slot (-1: padding).
-// 32-bit arithmetic (the launch keeps tile numbers below 2^31): a persistent block decodes two
-// tiles per step, and 64-bit divisions there cost as much as the step's arithmetic.
-struct DecodeTile {
-  int64_t n, h, vz, slot;
-};
-__device__ __forceinline__ DecodeTile decode_tile(const RecArgs& A, uint32_t t, uint32_t nz, uint32_t tiles) {
-  DecodeTile d;
-  if (t >= tiles) return {0, 0, 0, -1};  // past the end: nothing to read
-  const uint32_t nh = t / nz;
-  d.vz = t - nh * nz;
-  d.n = nh / static_cast<uint32_t>(A.H);
-  d.h = nh - static_cast<uint32_t>(d.n) * static_cast<uint32_t>(A.H);
-  d.slot = d.n;
-  if (A.slots) {
-    d.slot = A.slots[d.n];
-    if (d.slot < 0 || d.slot >= A.nslots) d.slot = -1;
-  }
-  return d;
-}
 
 template <int K, int NW, int CPL, int ST>
 __global__ void __launch_bounds__(NW * 32) rec_decode_stream_kernel(RecArgs A, uint32_t tiles) {

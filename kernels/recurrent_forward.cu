@@ -386,11 +386,11 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
   // =tile, =rows or =stream forces one (the row kernels only where they are built).
   const char* e = std::getenv("QED_REC_DECODE_KERNEL");
   const std::string pick = e ? e : "auto";
-  const bool rows = detail::decode_rows_eligible(A);
-  if (pick == "auto" && rows && A.N * A.H * (A.V / 64) >= 8 * detail::num_sms())
-    return detail::launch_rec_decode_stream(fn, A, p.problem.stream);
-  if (rows && pick == "stream") return detail::launch_rec_decode_stream(fn, A, p.problem.stream);
-  if (rows && pick == "rows") return detail::launch_rec_decode_rows(fn, A, p.problem.stream);
+  if (detail::decode_rows_eligible(A)) {
+    const bool large = A.N * A.H * (A.V / 64) >= 8 * detail::num_sms();
+    if (pick == "stream" || (pick == "auto" && large)) return detail::launch_rec_decode_stream(fn, A, p.problem.stream);
+    if (pick == "rows") return detail::launch_rec_decode_rows(fn, A, p.problem.stream);
+  }
   return detail::launch_rec_decode(fn, A, p.problem.stream);
 }
 

@@ -65,7 +65,8 @@ int columns_per_warp(int64_t K);
 // K in {64, 128, 256}, V a multiple of 64, 16-byte aligned state rows), and its launch.
 bool decode_rows_eligible(const RecArgs& A);
 Status launch_rec_decode_rows(const char* fn, const RecArgs& A, cudaStream_t stream);
-// The pipelined row kernel (same file): persistent blocks, state rows brought in by bulk copies.
+// The pipelined row kernel (same file): persistent blocks, the next tiles' state rows brought
+// into shared memory by cp.async while the current tile is computed.
 Status launch_rec_decode_stream(const char* fn, const RecArgs& A, cudaStream_t stream);
 
 // Launches the forward kernel with `nwarps` warps per block (= steps per chunk). Writes o, ht
