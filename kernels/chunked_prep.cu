@@ -3,6 +3,9 @@
 // QED prologue), the cumulative decays, T and M with safe pairwise exponents (§4.6),
 // L = (I+T)^-1 by forward substitution, W_a = L Ã, W_zᵀ = Zᵀ Lᵀ, K̂, Q̃ and the chunk decay -- and
 // writes them in split-bf16 fragment order into the workspace for chunked_state.cu.
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/chunked_common.cuh"
 
 namespace qed::kernels::chunked {
@@ -72,18 +75,34 @@ __device__ __forceinline__ void store_slot(char* dst, const uint32_t* r0, const 
   }
 }
 
-// Work items of the T/M products: (row block I, column tile nt), five per warp, balanced.
-__device__ __forceinline__ void tm_item(int warp, int it, int& I, int& nt) {
-  switch (warp) {
-    case 0: I = 3; nt = it; break;
-    case 1: I = it < 3 ? 3 : 0; nt = it < 3 ? 5 + it : it - 3; break;
-    case 2: I = 2; nt = it; break;
-    default: I = it == 0 ? 2 : 1; nt = it == 0 ? 5 : it - 1; break;
+// Work items of the T/M products: (row block I, column tile nt) for I = 0..3, nt <= 2I + 1 (20 in
+// all). Four warps take five each, two row blocks at most; eight warps take three or two, all of
+// one row block, so each warp builds one A fragment per key block.
+template <int NW>
+__device__ __forceinline__ bool tm_item(int warp, int it, int& I, int& nt) {
+  if constexpr (NW == 4) {
+    switch (warp) {
+      case 0: I = 3; nt = it; break;
+      case 1: I = it < 3 ? 3 : 0; nt = it < 3 ? 5 + it : it - 3; break;
+      case 2: I = 2; nt = it; break;
+      default: I = it == 0 ? 2 : 1; nt = it == 0 ? 5 : it - 1; break;
+    }
+    return true;
+  } else {
+    // Row blocks {3,3,2,2,3,1,1,0} and first tiles {0,3,0,3,6,0,2,0} of warps 0..7, packed (2 and
+    // 4 bits per warp) so that no table lands in local memory.
+    I = (0x17af >> (2 * warp)) & 3;
+    nt = ((0x2063030 >> (4 * warp)) & 15) + it;
+    return it < (warp < 4 ? 3 : 2);
   }
 }
 
-template <class InT, int K, int NT, int NTQ>
-__global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t grid_chunks) {
+// NW warps per block: 8 for the bf16 modes (two blocks of 8 warps per multiprocessor, the shared
+// memory allows no more), 4 for the fp32 mode (its three-term fragments need more registers).
+template <class InT, int K, int NT, int NTQ, int NW>
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Args A, int64_t grid_chunks) {
+  static_assert(NW == 4 || NW == 8, "prep_kernel: 4 or 8 warps");
+  constexpr int NTH = NW * 32;
   using Lw = WsLayout<K, NT, NTQ>;
   using Sm = PrepSmem<InT, K>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -130,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
     const InT* bp = static_cast<const InT*>(A.b.p);
     const InT* gp = static_cast<const InT*>(A.g.p);
 #pragma unroll 2
-    for (int i = tid; i < kC * NV; i += kThreads) {
+    for (int i = tid; i < kC * NV; i += NTH) {
       const int r = i / NV, c = (i % NV) * VE;
       uint4 vq = make_uint4(0, 0, 0, 0), vk = vq, vb = vq, vg = vq;
       if (r < Cn) {
@@ -161,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
     }
     if (!gvec) {
 #pragma unroll 8
-      for (int i = tid; i < kC * K; i += kThreads) {
+      for (int i = tid; i < kC * K; i += NTH) {
         const int r = i / K, c = i % K;
         float gv = 0.f;
         if (has_g && r < Cn) gv = ld_any(A.g.p, off(A.g, r) + (chan_g ? c : 0), A.g.dt);
@@ -169,20 +188,20 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       }
     }
     if (!chan_bw) {
-      for (int r = tid; r < kC; r += kThreads)
+      for (int r = tid; r < kC; r += NTH)
         s.wrow[r] = r < Cn ? ld_any(A.beta.p, off(A.beta, r), A.beta.dt) : 0.f;
       __syncthreads();
-      for (int i = tid; i < kC * K; i += kThreads) {
+      for (int i = tid; i < kC * K; i += NTH) {
         const int r = i / K, c = i % K;
         s.u.in.b[r][c] = static_cast<InT>(s.wrow[r]);
       }
     }
     if (A.arm == kArmRand)
-      for (int c = tid; c < K; c += kThreads) s.r[c] = A.r[h * K + c];
+      for (int c = tid; c < K; c += NTH) s.r[c] = A.r[h * K + c];
   }
   __syncthreads();
   // ---- in-chunk cumulative decay, base 2 (padded rows: g = 0) ----
-  for (int c = tid; c < K; c += kThreads) {
+  for (int c = tid; c < K; c += NTH) {
     float acc = 0.f;
 #pragma unroll 8
     for (int r = 0; r < kC; ++r) {
@@ -196,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
   // ---- QED prologue: per-row projection coefficient; unsafe channels of diagonal blocks ----
   {
     const bool projected = qed && (A.arm == kArmFull || A.arm == kArmNogate || A.arm == kArmRand);
-    for (int r = warp; r < kC; r += 4) {
+    for (int r = warp; r < kC; r += NW) {
       float nn = 0.f, km = 0.f;
       if (projected) {
         for (int c = lane; c < K; c += 32) {
@@ -209,35 +228,38 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       }
       if (lane == 0) s.coef[r] = (projected && nn > 0.f) ? lam * (km / nn) : 0.f;
     }
-    const int I = warp;
-    int base = 0;
-    for (int u = 0; u < K / 32; ++u) {
-      const int c = 32 * u + lane;
-      const float Gp = I == 0 ? 0.f : s.G[16 * I - 1][c];
-      const bool uns = (Gp - s.G[16 * I + 15][c]) > A.max_diag;
-      const unsigned m = __ballot_sync(0xffffffffu, uns);
-      if (lane == 0) s.umask[I][u] = m;
-      if (uns) s.ulist[I][base + __popc(m & ((1u << lane) - 1u))] = static_cast<uint8_t>(c);
-      base += __popc(m);
+    if (warp < 4) {  // warp I lists the steep channels of diagonal block I
+      const int I = warp;
+      int base = 0;
+      for (int u = 0; u < K / 32; ++u) {
+        const int c = 32 * u + lane;
+        const float Gp = I == 0 ? 0.f : s.G[16 * I - 1][c];
+        const bool uns = (Gp - s.G[16 * I + 15][c]) > A.max_diag;
+        const unsigned m = __ballot_sync(0xffffffffu, uns);
+        if (lane == 0) s.umask[I][u] = m;
+        if (uns) s.ulist[I][base + __popc(m & ((1u << lane) - 1u))] = static_cast<uint8_t>(c);
+        base += __popc(m);
+      }
+      if (lane == 0) s.nuns[I] = base;
     }
-    if (lane == 0) s.nuns[I] = base;
   }
   __syncthreads();
 
   // ---- T = stril(Ã' K̃'ᵀ) and M = tril(Q̃' K̃'ᵀ), 16-row blocks referenced at row 16I-1 ----
   {
-    float accT[5][4], accM[5][4];
+    constexpr int NI = NW == 4 ? 5 : 3;  // items per warp
+    float accT[NI][4], accM[NI][4];
 #pragma unroll
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < NI; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) accT[i][e] = accM[i][e] = 0.f;
     for (int kb = 0; kb < K / 16; ++kb) {
       uint32_t aT[NT * 4], aM[NTQ * 4];
       int prevI = -1;
 #pragma unroll
-      for (int it = 0; it < 5; ++it) {
+      for (int it = 0; it < NI; ++it) {
         int I, nt;
-        tm_item(warp, it, I, nt);
+        if (!tm_item<NW>(warp, it, I, nt)) continue;
         const int p = 16 * I - 1;
         if (I != prevI) {
           prevI = I;
@@ -280,9 +302,9 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       }
     }
 #pragma unroll
-    for (int it = 0; it < 5; ++it) {
+    for (int it = 0; it < NI; ++it) {
       int I, nt;
-      tm_item(warp, it, I, nt);
+      if (!tm_item<NW>(warp, it, I, nt)) continue;
       const bool diag = nt >= 2 * I;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -325,17 +347,27 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
     const int c = tid;
 #pragma unroll
     for (int r = 0; r < kC; ++r) {
-      float a4[4] = {0.f, 0.f, 0.f, 0.f};  // four chains: a quarter of the dependent latency
+      // Four chains (a quarter of the dependent latency), row r of T read four entries at a time.
+      float a4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int j = 0; j < r; ++j) a4[j & 3] = fmaf(s.T[r][j], l[j], a4[j & 3]);
+      for (int j = 0; j + 4 <= r; j += 4) {
+        const float4 tr = *reinterpret_cast<const float4*>(&s.T[r][j]);
+        a4[0] = fmaf(tr.x, l[j], a4[0]);
+        a4[1] = fmaf(tr.y, l[j + 1], a4[1]);
+        a4[2] = fmaf(tr.z, l[j + 2], a4[2]);
+        a4[3] = fmaf(tr.w, l[j + 3], a4[3]);
+      }
+#pragma unroll
+      for (int j = r & ~3; j < r; ++j) a4[j & 3] = fmaf(s.T[r][j], l[j], a4[j & 3]);
       const float acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
       l[r] = r < c ? 0.f : (r == c ? 1.f : -acc);
     }
   } else {
     // ---- K̂ (decayed to the chunk end), Q̃ and the chunk decay, in fragment order ----
     const int u = tid - 64;
+    constexpr int NU = NTH - 64;  // threads of this branch
     constexpr int nKH = 4 * 4 * (K / 32) * 32;
-    for (int i = u; i < nKH; i += 64) {
+    for (int i = u; i < nKH; i += NU) {
       const int ln = i & 31, gg = ln >> 2, tt = ln & 3;
       int rest = i >> 5;
       const int nt = rest % (K / 32);
@@ -355,7 +387,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       store_slot<NT>(blob + Lw::kKH + static_cast<int64_t>(i) * NT * 8, x0, x1);
     }
     constexpr int nQT = 4 * (K / 16) * 2 * 32;
-    for (int i = u; i < nQT; i += 64) {
+    for (int i = u; i < nQT; i += NU) {
       const int ln = i & 31, gg = ln >> 2, tt = ln & 3;
       int rest = i >> 5;
       const int nt = rest & 1;
@@ -373,7 +405,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       split2<NTQ>(v[2], v[3], x1);
       store_slot<NTQ>(blob + Lw::kQT + static_cast<int64_t>(i) * NTQ * 8, x0, x1);
     }
-    for (int c = u; c < K; c += 64)
+    for (int c = u; c < K; c += NU)
       reinterpret_cast<float*>(blob + Lw::kGC)[c] = exp2f(s.G[kC - 1][c]);
   }
   __syncthreads();
@@ -383,7 +415,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
     for (int r = 0; r < kC; ++r) s.T[r][tid] = l[r];
   }
   // ---- Ã = A ⊙ Γ in place of G; q, k, b are then free for v and w ----
-  for (int i = tid; i < kC * K; i += kThreads) {
+  for (int i = tid; i < kC * K; i += NTH) {
     const int r = i / K, c = i % K;
     s.G[r][c] = X.aval(r, c) * exp2f(s.G[r][c]);
   }
@@ -394,7 +426,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
     const InT* vp = static_cast<const InT*>(A.v.p);
     const InT* wp = static_cast<const InT*>(A.w.p);
 #pragma unroll 2
-    for (int i = tid; i < kC * NVv; i += kThreads) {
+    for (int i = tid; i < kC * NVv; i += NTH) {
       const int r = i / NVv, c = (i % NVv) * VE;
       uint4 vv = make_uint4(0, 0, 0, 0), vw = vv;
       if (r < Cn) {
@@ -416,26 +448,11 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
   }
   __syncthreads();
 
-  if (warp < 2) {
-    // ---- W_a = L Ã, stored negated as -W_aᵀ B-fragments ----
-    uint32_t la[10][NT * 4];
-#pragma unroll
-    for (int I = 0; I < 4; ++I)
-#pragma unroll
-      for (int kb = 0; kb <= I; ++kb) {
-        const int idx = I * (I + 1) / 2 + kb;
-#pragma unroll
-        for (int reg = 0; reg < 4; ++reg) {
-          const int r = 16 * I + g + ((reg & 1) ? 8 : 0), c = 16 * kb + 2 * t + ((reg & 2) ? 8 : 0);
-          uint32_t x[NT];
-          split2<NT>(s.T[r][c], s.T[r][c + 1], x);
-#pragma unroll
-          for (int i = 0; i < NT; ++i) la[idx][4 * i + reg] = x[i];
-        }
-      }
-    constexpr int npairs = K / 32;
-    for (int pp = 0; pp < npairs; ++pp) {
-      const int kbp = warp * npairs + pp;
+  constexpr int NH = NW / 2;  // warps on W_a, then as many on W_z
+  if (warp < NH) {
+    // ---- W_a = L Ã, stored negated as -W_aᵀ B-fragments; L fragments rebuilt per channel pair
+    // (holding all ten would cost 40 registers per term) ----
+    for (int kbp = warp; kbp < K / 16; kbp += NH) {
       float acc[4][2][4];
 #pragma unroll
       for (int I = 0; I < 4; ++I)
@@ -444,21 +461,34 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[I][p][e] = 0.f;
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const int ch = 16 * kbp + 8 * p + g;
+      for (int kb = 0; kb < 4; ++kb) {
+        uint32_t bb[2][NT * 2];
 #pragma unroll
-        for (int kb = 0; kb < 4; ++kb) {
-          uint32_t bb[NT * 2];
+        for (int p = 0; p < 2; ++p) {
+          const int ch = 16 * kbp + 8 * p + g;
 #pragma unroll
           for (int reg = 0; reg < 2; ++reg) {
             const int j = 16 * kb + 2 * t + 8 * reg;
             uint32_t x[NT];
             split2<NT>(s.G[j][ch], s.G[j + 1][ch], x);
 #pragma unroll
-            for (int i = 0; i < NT; ++i) bb[2 * i + reg] = x[i];
+            for (int i = 0; i < NT; ++i) bb[p][2 * i + reg] = x[i];
           }
+        }
 #pragma unroll
-          for (int I = kb; I < 4; ++I) mma_split<NT, NT>(acc[I][p], la[I * (I + 1) / 2 + kb], bb);
+        for (int I = kb; I < 4; ++I) {
+          uint32_t la[NT * 4];
+#pragma unroll
+          for (int reg = 0; reg < 4; ++reg) {
+            const int r = 16 * I + g + ((reg & 1) ? 8 : 0), c = 16 * kb + 2 * t + ((reg & 2) ? 8 : 0);
+            const float2 lv = *reinterpret_cast<const float2*>(&s.T[r][c]);
+            uint32_t x[NT];
+            split2<NT>(lv.x, lv.y, x);
+#pragma unroll
+            for (int i = 0; i < NT; ++i) la[4 * i + reg] = x[i];
+          }
+          mma_split<NT, NT>(acc[I][0], la, bb[0]);
+          mma_split<NT, NT>(acc[I][1], la, bb[1]);
         }
       }
 #pragma unroll
@@ -473,29 +503,13 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
         }
     }
   } else {
-    // ---- W_zᵀ = Zᵀ Lᵀ (Z = w ⊙ v), fp32 accumulator tiles ----
-    uint32_t lt[20][NT * 2];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int kb = 0; kb <= nt / 2; ++kb) {
-        const int idx = (nt / 2) * (nt / 2 + 1) + (nt % 2) * (nt / 2 + 1) + kb;
-        const int r = 8 * nt + g;
-#pragma unroll
-        for (int reg = 0; reg < 2; ++reg) {
-          const int c = 16 * kb + 2 * t + 8 * reg;
-          uint32_t x[NT];
-          split2<NT>(s.T[r][c], s.T[r][c + 1], x);
-#pragma unroll
-          for (int i = 0; i < NT; ++i) lt[idx][2 * i + reg] = x[i];
-        }
-      }
+    // ---- W_zᵀ = Zᵀ Lᵀ (Z = w ⊙ v), fp32 accumulator tiles; Lᵀ fragments rebuilt per value block ----
     auto zval = [&](int j, int vv) -> float {
       const float wv = chan_bw ? to_f(s.u.vw.w[j][vv]) : s.wrow[j];
       return wv * to_f(s.u.vw.v[j][vv]);
     };
     const int nvb = static_cast<int>(A.V / 16);
-    for (int vb = warp - 2; vb < nvb; vb += 2) {
+    for (int vb = warp - NH; vb < nvb; vb += NH) {
       uint32_t za[4][NT * 4];
 #pragma unroll
       for (int kb = 0; kb < 4; ++kb)
@@ -511,8 +525,19 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const Args A, int64_t gr
       for (int nt = 0; nt < 8; ++nt) {
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int kb = 0; kb <= nt / 2; ++kb)
-          mma_split<NT, NT>(acc, za[kb], lt[(nt / 2) * (nt / 2 + 1) + (nt % 2) * (nt / 2 + 1) + kb]);
+        for (int kb = 0; kb <= nt / 2; ++kb) {
+          uint32_t lt[NT * 2];
+          const int r = 8 * nt + g;
+#pragma unroll
+          for (int reg = 0; reg < 2; ++reg) {
+            const float2 lv = *reinterpret_cast<const float2*>(&s.T[r][16 * kb + 2 * t + 8 * reg]);
+            uint32_t x[NT];
+            split2<NT>(lv.x, lv.y, x);
+#pragma unroll
+            for (int i = 0; i < NT; ++i) lt[2 * i + reg] = x[i];
+          }
+          mma_split<NT, NT>(acc, za[kb], lt);
+        }
         const int slot = ((vb * 4 + nt / 2) * 2 + (nt & 1)) * 32 + lane;
         *reinterpret_cast<float4*>(blob + Lw::kWZ + static_cast<int64_t>(slot) * 16) =
             make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -546,22 +571,34 @@ __global__ void chunk_base_kernel(const Args A, int64_t* base) {
   if (tid == 1023) base[N] = sums[1023];
 }
 
-template <class InT, int K, int NT, int NTQ>
+template <class InT, int K, int NT, int NTQ, int NW>
 cudaError_t launch_prep_t(const Args& A, int64_t grid_chunks, cudaStream_t st) {
   const int smem = static_cast<int>(sizeof(PrepSmem<InT, K>));
-  auto kern = prep_kernel<InT, K, NT, NTQ>;
+  auto kern = prep_kernel<InT, K, NT, NTQ, NW>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   if (grid_chunks == 0 || A.H == 0) return cudaSuccess;
-  kern<<<dim3(static_cast<unsigned>(grid_chunks), static_cast<unsigned>(A.H)), kThreads, smem, st>>>(
+  kern<<<dim3(static_cast<unsigned>(grid_chunks), static_cast<unsigned>(A.H)), NW * 32, smem, st>>>(
       A, grid_chunks);
   return cudaGetLastError();
 }
 
+// Benchmark hook: QEDCHECK_CHUNKED_PREP_WARPS=4 runs the bf16 modes' prep pass with four warps per
+// block instead of eight (the same arithmetic in the same order: bitwise equal results), for the
+// side-by-side table in reports/device/chunked.md.
+bool prep_four_warps() {
+  const char* e = std::getenv("QEDCHECK_CHUNKED_PREP_WARPS");
+  return e && std::strcmp(e, "4") == 0;
+}
+
 template <int K>
 cudaError_t launch_prep_bf16(const Args& A, Mode m, int64_t grid_chunks, cudaStream_t st) {
-  if (m == Mode::bf16_single) return launch_prep_t<__nv_bfloat16, K, 1, 1>(A, grid_chunks, st);
-  return launch_prep_t<__nv_bfloat16, K, 2, 1>(A, grid_chunks, st);
+  const bool four = prep_four_warps();
+  if (m == Mode::bf16_single)
+    return four ? launch_prep_t<__nv_bfloat16, K, 1, 1, 4>(A, grid_chunks, st)
+                : launch_prep_t<__nv_bfloat16, K, 1, 1, 8>(A, grid_chunks, st);
+  return four ? launch_prep_t<__nv_bfloat16, K, 2, 1, 4>(A, grid_chunks, st)
+              : launch_prep_t<__nv_bfloat16, K, 2, 1, 8>(A, grid_chunks, st);
 }
 
 }  // namespace
@@ -582,8 +619,8 @@ cudaError_t launch_prep(const Args& A, bool fp32_inputs, Mode m, int64_t grid_ch
   // fp32 inputs take the fp32 mode (three-term split); bf16 inputs a bf16 mode.
   if (fp32_inputs != (m == Mode::fp32)) return cudaErrorInvalidValue;
   if (fp32_inputs) {
-    if (A.K == 64) return launch_prep_t<float, 64, 3, 3>(A, grid_chunks, st);
-    return launch_prep_t<float, 128, 3, 3>(A, grid_chunks, st);
+    if (A.K == 64) return launch_prep_t<float, 64, 3, 3, 4>(A, grid_chunks, st);
+    return launch_prep_t<float, 128, 3, 3, 4>(A, grid_chunks, st);
   }
   if (A.K == 64) return launch_prep_bf16<64>(A, m, grid_chunks, st);
   return launch_prep_bf16<128>(A, m, grid_chunks, st);

@@ -110,6 +110,44 @@ TEST(GpuChunkedProps, PackedEqualsSeparateAndDeterministic) {
   }
 }
 
+// The bf16 modes' prep pass runs eight warps per block; its four-warp launch
+// (QEDCHECK_CHUNKED_PREP_WARPS=4, kept for side-by-side timing) does the same arithmetic in the
+// same order, so both must agree bit for bit: every variant and arm, K = 64 and 128, varlen, both
+// bf16 modes (the single-term mutant is the other mode). A wrong work split (a missing T/M tile,
+// a W_a or W_z block computed twice or never) changes bits here even where it stays inside the
+// accuracy tolerances.
+TEST(GpuChunkedProps, PrepWarpSplitsAgreeBitwise) {
+  REQUIRE_DEVICE();
+  int i = 0;
+  for (const auto& [v, a] : all_variants()) {
+    for (const char* mode : {"", "single"}) {
+      fixtures::GenSpec g;
+      g.variant = v;
+      g.arm = a;
+      g.dims = {1, 300, 2, i % 2 ? 64 : 128, i % 3 ? 128 : 64};
+      g.seqlens = {70, 0, 64, 166};
+      g.regime = i % 2 ? Regime::hard : Regime::mixed;
+      g.with_h0 = true;
+      g.seed = base_seed() + 70 + static_cast<uint64_t>(i++);
+      const auto in = fixtures::generate(g);
+      ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", mode);
+      const auto eight = kernels::run_chunked(in, DType::bf16, true);
+      kernels::ChunkedHostRun four;
+      {
+        ScopedEnv warps("QEDCHECK_CHUNKED_PREP_WARPS", "4");
+        four = kernels::run_chunked(in, DType::bf16, true);
+      }
+      EXPECT_TRUE(all_finite(eight.outputs.o) && all_finite(eight.outputs.ht))
+          << describe(g, DType::bf16) << " mode '" << mode << "': non-finite outputs";
+      EXPECT_TRUE(eight.outputs.o == four.outputs.o && eight.outputs.ht == four.outputs.ht &&
+                  eight.chunk_states == four.chunk_states)
+          << describe(g, DType::bf16) << " mode '" << mode << "': 8-warp and 4-warp prep differ (o "
+          << rel_err(eight.outputs.o, four.outputs.o) << ", ht " << rel_err(eight.outputs.ht, four.outputs.ht)
+          << ")";
+    }
+  }
+}
+
 fixtures::GenSpec steep(Variant v, Arm a, uint64_t seed) {
   fixtures::GenSpec g;
   g.variant = v;
