@@ -10,7 +10,9 @@ bf16 inputs, in one process:
      alone, value-tile widths, the peer, and the memory floor from a measured copy bandwidth;
   4. backward (chunked_backward, first version: fp32 CUDA cores): gradients of every variant
      against float64 autograd through the recurrence, and forward+backward timings side by side
-     with the peer's chunk_gdn2 forward+backward (autograd).
+     with the peer's chunk_gdn2 forward+backward (autograd);
+  5. (only when asked: --only phases) the prep pass cut after each of its phases, each phase
+     timed by difference.
 Writes chunked_forward.md and .json into --out; prints the tables last.
 
 python3 bench/bench_chunked.py --lib-dir BUILD (or --lib BUILD/libchunked_capi.so) --out $OUT [--quick] [--skip-peer]
@@ -502,6 +504,36 @@ def timings(lib, log, quick, have_peer, bw):
     return rows
 
 
+def prep_phases(lib, log):
+    """The prep pass cut after each of its phases (QEDCHECK_CHUNKED_PREP_STOP=k), GDN-2 and QED
+    (full, lambda = 1) at [8,4096,16,128] bf16: each phase's cost is the difference of neighbours."""
+    names = ["load", "decay cumsum", "QED prologue", "T/M products", "L, K^ and Q~", "A~", "v/w load",
+             "W_a and W_z"]
+    B, T, H, D = 8, 4096, 16, 128
+    x = make_inputs(B, T, H, D, D, "gdn2", "none", "std", torch.bfloat16, seed=1)
+    xq = dict(x)
+    xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
+    o = torch.empty(B, T, H, D, dtype=torch.bfloat16, device=DEV)
+    ht = torch.empty(B, H, D, D, dtype=torch.float32, device=DEV)
+    rows = []
+    os.environ["QEDCHECK_CHUNKED_ONLY"] = "prep"
+    try:
+        for k in range(1, 9):
+            os.environ["QEDCHECK_CHUNKED_PREP_STOP"] = str(k % 8)  # 8 -> 0: the whole pass
+            rows.append({"phase": k, "name": names[k - 1], "gdn2_ms": time_ms(lib.prepare(x, o, ht))[0],
+                         "qed_ms": time_ms(lib.prepare(xq, o, ht))[0]})
+    finally:
+        del os.environ["QEDCHECK_CHUNKED_ONLY"]
+        os.environ.pop("QEDCHECK_CHUNKED_PREP_STOP", None)
+    prev = {"gdn2_ms": 0.0, "qed_ms": 0.0}
+    for r in rows:
+        r["gdn2_phase_ms"] = r["gdn2_ms"] - prev["gdn2_ms"]
+        r["qed_phase_ms"] = r["qed_ms"] - prev["qed_ms"]
+        prev = r
+        log("[phases] " + json.dumps(r))
+    return rows
+
+
 # ---------------------------------------------------------------- backward
 
 def backward_check(lib, log):
@@ -613,7 +645,8 @@ def main():
     for name, fn in (("diag", lambda: diagnose(lib, log)),
                      ("check", lambda: variants_check(lib, log, args.quick)),
                      ("accuracy", lambda: accuracy(lib, log, args.quick, have_peer)),
-                     ("bwdcheck", lambda: backward_check(lib, log))):
+                     ("bwdcheck", lambda: backward_check(lib, log)),
+                     ("phases", lambda: prep_phases(lib, log))):
         if name in only:
             try:
                 res[name] = fn()
@@ -640,6 +673,13 @@ def main():
         for r in res["accuracy"]:
             lines.append(f"| {r['regime']} ({r['T']}) | {r['ours_o']:.2e} | {r['ours_ht']:.2e} | {r['single_o']:.2e} | "
                          f"{r['single_ht']:.2e} | {r.get('peer_o', float('nan')):.2e} | {r.get('peer_ht', float('nan')):.2e} |")
+    if res.get("phases"):
+        lines.append("")
+        lines.append("| prep pass cut after phase ([8,4096,16,128] bf16) | gdn2 ms | phase ms | qed ms | phase ms |")
+        lines.append("| --- | --- | --- | --- | --- |")
+        for r in res["phases"]:
+            lines.append(f"| {r['phase']} {r['name']} | {r['gdn2_ms']:.3f} | {r['gdn2_phase_ms']:.3f} | "
+                         f"{r['qed_ms']:.3f} | {r['qed_phase_ms']:.3f} |")
     if res.get("timing"):
         lines.append("")
         lines.append("| shape | floor ms | ours gdn2 ms | ours qed ms | prep ms | ours, prep 4 warps | prep 4 warps ms | "

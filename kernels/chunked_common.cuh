@@ -72,6 +72,7 @@ struct Args {
   int vec_g = 0;     // g too (channel g of q's dtype)
   int vec_vw = 0;    // v, w too
   float max_diag = kMaxDiagExp2;
+  int prep_stop = 0;  // benchmark hook: the prep pass returns after its phase prep_stop (0: none)
 };
 
 // ---- sequences and chunks ----

@@ -161,6 +161,10 @@ Args make_args(const ChunkedForwardParams& p, Mode m) {
   A.vec_g = p.in.g.data && p.in.g.dtype == p.in.q.dtype && aligned16(p.in.g, elem);
   A.vec_vw = aligned16(p.in.v, elem) && (!chan_b || aligned16(p.in.w, elem));
   if (std::strcmp(mutant(), "nofallback") == 0) A.max_diag = 1e30f;
+  // Benchmark hook: QEDCHECK_CHUNKED_PREP_STOP=k (1..7) ends the prep pass after its phase k
+  // (load, decay cumsum, QED prologue, T/M, L with K^/Q~, A~, v/w load; W_a/W_z is the rest), to
+  // time the phases by difference. Its workspace output is then incomplete.
+  if (const char* e = std::getenv("QEDCHECK_CHUNKED_PREP_STOP")) A.prep_stop = std::atoi(e);
   return A;
 }
 

@@ -200,6 +200,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
       for (int c = tid; c < K; c += NTH) s.r[c] = A.r[h * K + c];
   }
   __syncthreads();
+  if (A.prep_stop == 1) return;
   // ---- in-chunk cumulative decay, base 2 (padded rows: g = 0) ----
   for (int c = tid; c < K; c += NTH) {
     float acc = 0.f;
@@ -210,6 +211,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
     }
   }
   __syncthreads();
+  if (A.prep_stop == 2) return;
   const float lam = qed ? A.lambda[h] : 0.f;
   const Ctx<InT, K> X{s, lam, A.variant, A.arm};
   // ---- QED prologue: per-row projection coefficient; unsafe channels of diagonal blocks ----
@@ -244,6 +246,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
     }
   }
   __syncthreads();
+  if (A.prep_stop == 3) return;
 
   // ---- T = stril(Ã' K̃'ᵀ) and M = tril(Q̃' K̃'ᵀ), 16-row blocks referenced at row 16I-1 ----
   {
@@ -335,6 +338,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
     }
   }
   __syncthreads();
+  if (A.prep_stop == 4) return;
 
   // Column `tid` of L = (I+T)^-1 (threads 0..63) stays in registers until the block barrier that
   // ends both branches: then no thread reads T any more. (It used to be written back after a
@@ -409,6 +413,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
       reinterpret_cast<float*>(blob + Lw::kGC)[c] = exp2f(s.G[kC - 1][c]);
   }
   __syncthreads();
+  if (A.prep_stop == 5) return;
   // L replaces T (read next by W_a and W_z, past two more barriers) while Ã is formed.
   if (tid < 64) {
 #pragma unroll
@@ -420,6 +425,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
     s.G[r][c] = X.aval(r, c) * exp2f(s.G[r][c]);
   }
   __syncthreads();
+  if (A.prep_stop == 6) return;
   {
     constexpr int VE = 16 / sizeof(InT);
     const int NVv = static_cast<int>(A.V) / VE;
@@ -447,6 +453,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
     }
   }
   __syncthreads();
+  if (A.prep_stop == 7) return;
 
   constexpr int NH = NW / 2;  // warps on W_a, then as many on W_z
   if (warp < NH) {
