@@ -59,10 +59,12 @@ struct Ctx {
   __device__ bool unsafe(int I, int c) const { return (s.umask[I][c >> 5] >> (c & 31)) & 1u; }
 };
 
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int m = 16; m >= 1; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
-  return x;
+// 2^x by the special-function unit, subnormal results flushed to zero (exp2f adds a rescaling
+// around it to keep them; here a result below 2^-126 only ever multiplies an O(1) operand).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 template <int NT>
@@ -217,18 +219,26 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
   // ---- QED prologue: per-row projection coefficient; unsafe channels of diagonal blocks ----
   {
     const bool projected = qed && (A.arm == kArmFull || A.arm == kArmNogate || A.arm == kArmRand);
-    for (int r = warp; r < kC; r += NW) {
+    // Four threads per row, each summing every fourth pair of channels (conflict-free bank
+    // pattern), then two shuffles: the same order for any block width.
+    for (int i = tid; i < 4 * kC; i += NTH) {
+      const int r = i >> 2, part = i & 3;
       float nn = 0.f, km = 0.f;
       if (projected) {
-        for (int c = lane; c < K; c += 32) {
-          const float kk = X.kf(r, c);
-          nn = fmaf(kk, kk, nn);
-          km = fmaf(kk, X.mval(r, c), km);
+#pragma unroll 4
+        for (int c = 2 * part; c < K; c += 8) {
+          const float k0 = X.kf(r, c), k1 = X.kf(r, c + 1);
+          nn = fmaf(k0, k0, nn);
+          km = fmaf(k0, X.mval(r, c), km);
+          nn = fmaf(k1, k1, nn);
+          km = fmaf(k1, X.mval(r, c + 1), km);
         }
-        nn = warp_sum(nn);
-        km = warp_sum(km);
+        nn += __shfl_xor_sync(0xffffffffu, nn, 1);
+        km += __shfl_xor_sync(0xffffffffu, km, 1);
+        nn += __shfl_xor_sync(0xffffffffu, nn, 2);
+        km += __shfl_xor_sync(0xffffffffu, km, 2);
       }
-      if (lane == 0) s.coef[r] = (projected && nn > 0.f) ? lam * (km / nn) : 0.f;
+      if (part == 0) s.coef[r] = (projected && nn > 0.f) ? lam * (km / nn) : 0.f;
     }
     if (warp < 4) {  // warp I lists the steep channels of diagonal block I
       const int I = warp;
@@ -270,8 +280,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
 #pragma unroll
           for (int reg = 0; reg < 4; ++reg) {
             const int r = r0 + ((reg & 1) ? 8 : 0), c = c0 + ((reg & 2) ? 8 : 0);
-            const float e0 = exp2f(s.G[r][c] - (p < 0 ? 0.f : s.G[p][c]));
-            const float e1 = exp2f(s.G[r][c + 1] - (p < 0 ? 0.f : s.G[p][c + 1]));
+            const float e0 = ex2(s.G[r][c] - (p < 0 ? 0.f : s.G[p][c]));
+            const float e1 = ex2(s.G[r][c + 1] - (p < 0 ? 0.f : s.G[p][c + 1]));
             uint32_t x[NT], y[NTQ];
             split2<NT>(X.aval(r, c) * e0, X.aval(r, c + 1) * e1, x);
             split2<NTQ>(X.qf(r, c) * e0, X.qf(r, c + 1) * e1, y);
@@ -291,7 +301,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int c = c0 + e + 8 * reg;
-              v[e] = X.kf(j, c) * exp2f((p < 0 ? 0.f : s.G[p][c]) - s.G[j][c]);
+              v[e] = X.kf(j, c) * ex2((p < 0 ? 0.f : s.G[p][c]) - s.G[j][c]);
               if (diag && X.unsafe(I, c)) v[e] = 0.f;
             }
             uint32_t x[NT];
@@ -317,7 +327,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
           // Channels whose in-block decay is too steep for the factored product.
           for (int u = 0; u < s.nuns[I]; ++u) {
             const int c = s.ulist[I][u];
-            const float kx = X.kf(j, c) * exp2f(s.G[r][c] - s.G[j][c]);
+            const float kx = X.kf(j, c) * ex2(s.G[r][c] - s.G[j][c]);
             if (j < r) Tv = fmaf(X.aval(r, c), kx, Tv);
             Mv = fmaf(X.qf(r, c), kx, Mv);
           }
@@ -383,7 +393,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int j = j0 + (e & 1) + ((e & 2) ? 8 : 0);
-        v[e] = X.kf(j, ch) * exp2f(Gl - s.G[j][ch]);
+        v[e] = X.kf(j, ch) * ex2(Gl - s.G[j][ch]);
       }
       uint32_t x0[NT], x1[NT];
       split2<NT>(v[0], v[1], x0);
@@ -402,7 +412,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = c0 + (e & 1) + ((e & 2) ? 8 : 0);
-        v[e] = X.qf(r, c) * exp2f(s.G[r][c]);
+        v[e] = X.qf(r, c) * ex2(s.G[r][c]);
       }
       uint32_t x0[NTQ], x1[NTQ];
       split2<NTQ>(v[0], v[1], x0);
@@ -410,7 +420,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
       store_slot<NTQ>(blob + Lw::kQT + static_cast<int64_t>(i) * NTQ * 8, x0, x1);
     }
     for (int c = u; c < K; c += NU)
-      reinterpret_cast<float*>(blob + Lw::kGC)[c] = exp2f(s.G[kC - 1][c]);
+      reinterpret_cast<float*>(blob + Lw::kGC)[c] = ex2(s.G[kC - 1][c]);
   }
   __syncthreads();
   if (A.prep_stop == 5) return;
@@ -422,7 +432,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
   // ---- Ã = A ⊙ Γ in place of G; q, k, b are then free for v and w ----
   for (int i = tid; i < kC * K; i += NTH) {
     const int r = i / K, c = i % K;
-    s.G[r][c] = X.aval(r, c) * exp2f(s.G[r][c]);
+    s.G[r][c] = X.aval(r, c) * ex2(s.G[r][c]);
   }
   __syncthreads();
   if (A.prep_stop == 6) return;
