@@ -21,6 +21,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib-dir", required=True)
     ap.add_argument("-B", type=int, default=512)
+    ap.add_argument("--peer", action="store_true",
+                    help="also run the peer's fused_recurrent_gdn2_fwd once on the same inputs (profile both with "
+                         "-k regex:'rec_decode|fused_recurrent')")
     args = ap.parse_args()
     lib = br.load_lib(os.path.join(args.lib_dir, "librecurrent_capi.so"))
     err = ctypes.create_string_buffer(1024)
@@ -36,6 +39,15 @@ def main():
                                 br.ptr(idx), B, br.ptr(o), br.stream(), err, len(err)), err, "qed_rec_decode")
     torch.cuda.synchronize()
     print(f"ran one decode step, B={B}")
+    if args.peer:
+        from fla.ops.gdn2.fused_recurrent import fused_recurrent_gdn2_fwd
+        pool_peer = pool.clone()
+        o_peer = torch.empty_like(v)
+        for _ in range(2):  # the first call compiles (and autotunes) the Triton kernel
+            fused_recurrent_gdn2_fwd(q, k, v, g, b, w, initial_state=pool_peer, scale=K ** -0.5,
+                                     inplace_final_state=True, ssm_state_indices=idx, out=o_peer)
+        torch.cuda.synchronize()
+        print(f"ran the peer's decode step twice, B={B}")
 
 if __name__ == "__main__":
     main()
