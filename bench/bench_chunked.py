@@ -667,44 +667,40 @@ def main():
     with open(os.path.join(args.out, "chunked_forward.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
     lines = []
+
+    def table(header, rows):
+        if lines:
+            lines.append("")
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + " --- |" * len(header))
+        lines.extend("| " + " | ".join(r) + " |" for r in rows)
+    nan = float("nan")
     if res.get("accuracy"):
-        lines.append("| regime (T) | ours o | ours ht | single-term o | single-term ht | peer o | peer ht |")
-        lines.append("| --- | --- | --- | --- | --- | --- | --- |")
-        for r in res["accuracy"]:
-            lines.append(f"| {r['regime']} ({r['T']}) | {r['ours_o']:.2e} | {r['ours_ht']:.2e} | {r['single_o']:.2e} | "
-                         f"{r['single_ht']:.2e} | {r.get('peer_o', float('nan')):.2e} | {r.get('peer_ht', float('nan')):.2e} |")
+        table(["regime (T)", "ours o", "ours ht", "single-term o", "single-term ht", "peer o", "peer ht"],
+              [[f"{r['regime']} ({r['T']})", f"{r['ours_o']:.2e}", f"{r['ours_ht']:.2e}", f"{r['single_o']:.2e}",
+                f"{r['single_ht']:.2e}", f"{r.get('peer_o', nan):.2e}", f"{r.get('peer_ht', nan):.2e}"]
+               for r in res["accuracy"]])
     if res.get("phases"):
-        lines.append("")
-        lines.append("| prep pass cut after phase ([8,4096,16,128] bf16) | gdn2 ms | phase ms | qed ms | phase ms |")
-        lines.append("| --- | --- | --- | --- | --- |")
-        for r in res["phases"]:
-            lines.append(f"| {r['phase']} {r['name']} | {r['gdn2_ms']:.3f} | {r['gdn2_phase_ms']:.3f} | "
-                         f"{r['qed_ms']:.3f} | {r['qed_phase_ms']:.3f} |")
+        table(["prep pass cut after phase ([8,4096,16,128] bf16)", "gdn2 ms", "phase ms", "qed ms", "phase ms"],
+              [[f"{r['phase']} {r['name']}", f"{r['gdn2_ms']:.3f}", f"{r['gdn2_phase_ms']:.3f}", f"{r['qed_ms']:.3f}",
+                f"{r['qed_phase_ms']:.3f}"] for r in res["phases"]])
     if res.get("timing"):
         # Whole forwards against the peer, then the two passes alone (no peer column: the peer's
         # time is only comparable with a whole forward).
-        lines.append("")
-        lines.append("| shape | floor ms | ours gdn2 ms | ours qed ms | ours, prep 4 warps ms | single-term ms | peer ms | "
-                     "speed-up |")
-        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        for r in res["timing"]:
-            lines.append(f"| {r['shape']} | {r['floor_ms']:.3f} | {r['ours_gdn2_ms']:.3f} | {r['ours_qed_ms']:.3f} | "
-                         f"{r['ours_gdn2_4w_ms']:.3f} | {r['ours_single_ms']:.3f} | {r.get('peer_ms', float('nan')):.3f} | "
-                         f"{r.get('speedup', float('nan')):.2f}x |")
-        lines.append("")
-        lines.append("| shape | prep pass ms | prep pass, 4 warps ms | state pass mt1/2/4 ms |")
-        lines.append("| --- | --- | --- | --- |")
-        for r in res["timing"]:
-            lines.append(f"| {r['shape']} | {r['prep_ms']:.3f} | {r['prep_4w_ms']:.3f} | "
-                         f"{r['state_mt1_ms']:.3f}/{r['state_mt2_ms']:.3f}/{r['state_mt4_ms']:.3f} |")
+        table(["shape", "floor ms", "ours gdn2 ms", "ours qed ms", "ours, prep 4 warps ms", "single-term ms", "peer ms",
+               "speed-up"],
+              [[r["shape"], f"{r['floor_ms']:.3f}", f"{r['ours_gdn2_ms']:.3f}", f"{r['ours_qed_ms']:.3f}",
+                f"{r['ours_gdn2_4w_ms']:.3f}", f"{r['ours_single_ms']:.3f}", f"{r.get('peer_ms', nan):.3f}",
+                f"{r.get('speedup', nan):.2f}x"] for r in res["timing"]])
+        table(["shape", "prep pass ms", "prep pass, 4 warps ms", "state pass mt1/2/4 ms"],
+              [[r["shape"], f"{r['prep_ms']:.3f}", f"{r['prep_4w_ms']:.3f}",
+                f"{r['state_mt1_ms']:.3f}/{r['state_mt2_ms']:.3f}/{r['state_mt4_ms']:.3f}"] for r in res["timing"]])
     if res.get("bwdtiming"):
-        lines.append("")
-        lines.append("| shape | ours fwd ms | ours bwd ms | ours fwd+bwd ms | ours qed fwd+bwd ms | peer fwd+bwd ms | peer/ours | workspace GB |")
-        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        for r in res["bwdtiming"]:
-            lines.append(f"| {r['shape']} | {r['ours_fwd_ms']:.3f} | {r['ours_bwd_ms']:.3f} | {r['ours_fwdbwd_ms']:.3f} | "
-                         f"{r['ours_qed_fwdbwd_ms']:.3f} | {r.get('peer_fwdbwd_ms', float('nan')):.3f} | "
-                         f"{r.get('peer_over_ours', float('nan')):.2f}x | {r['ws_gb']:.2f} |")
+        table(["shape", "ours fwd ms", "ours bwd ms", "ours fwd+bwd ms", "ours qed fwd+bwd ms", "peer fwd+bwd ms",
+               "peer/ours", "workspace GB"],
+              [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}", f"{r['ours_fwdbwd_ms']:.3f}",
+                f"{r['ours_qed_fwdbwd_ms']:.3f}", f"{r.get('peer_fwdbwd_ms', nan):.3f}",
+                f"{r.get('peer_over_ours', nan):.2f}x", f"{r['ws_gb']:.2f}"] for r in res["bwdtiming"]])
     with open(os.path.join(args.out, "chunked_forward.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     for l in lines:
