@@ -161,9 +161,12 @@ Judgement judge_case(const fixtures::Case& c, const ImplSpec& spec, const JudgeO
         err[i].max_abs_error = std::max(err[i].max_abs_error, tm.max_abs_error);
       }
     }
+    verify::GroupScales scales;
+    for (const auto& d : j.datasets) scales.add(d.metrics);
     for (size_t i = 0; i < j.datasets.size(); ++i)
       if (!opt.tolerance.explicit_bound(j.datasets[i].metrics.name))
-        j.datasets[i].bound = verify::twin_rule_bound(err[i], j.datasets[i].metrics, u);
+        j.datasets[i].bound =
+            verify::twin_rule_bound(err[i], j.datasets[i].metrics, u, scales.of(j.datasets[i].metrics.name));
   }
   for (auto& d : j.datasets) {
     d.score = verify::judge(d.metrics, d.bound);

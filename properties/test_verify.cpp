@@ -10,7 +10,9 @@
 #include "properties/test_verify_support.hpp"
 #include "verify/compare.hpp"
 #include "verify/compare_golden.hpp"
+#include "verify/implementations.hpp"
 #include "verify/tolerance.hpp"
+#include "verify/verdict.hpp"
 
 using namespace qed;
 using namespace qed::verify;
@@ -151,6 +153,78 @@ TEST(VerifyTolerance, JudgeAndTwinRule) {
   EXPECT_DOUBLE_EQ(r.rtol_frobenius, 2e-3);
   EXPECT_DOUBLE_EQ(r.atol_max, 2e-4);  // 2 * u * max|ref| dominates the tiny twin max error
   EXPECT_EQ(r.source, "rule:twin");
+}
+
+TEST(VerifyTolerance, AllZeroReferenceUsesItsGroupScale) {
+  Metrics z;
+  z.name = "grads/dh0";
+  z.ref_max_abs = 0;
+  z.max_abs_error = 3e-8;
+  z.rel_frobenius = 5e-8;  // an absolute norm when the reference is all zero
+  const TwinError exact{0, 0, "t"};
+  const double u = std::ldexp(1.0, -24);
+  // Without a group scale the old bound stands: the exact twin leaves atol_max = 0.
+  EXPECT_TRUE(std::isinf(judge(z, twin_rule_bound(exact, z, u))));
+  const Bound b = twin_rule_bound(exact, z, u, 4.0);
+  EXPECT_TRUE(std::isnan(b.rtol_frobenius));
+  EXPECT_DOUBLE_EQ(b.atol_max, 2 * u * 4.0);
+  EXPECT_LT(judge(z, b), 1.0);
+  z.max_abs_error = 1e-3;
+  EXPECT_GT(judge(z, b), 1.0);
+  // A dataset with a scale of its own is unaffected by the group's.
+  Metrics m = z;
+  m.ref_max_abs = 1;
+  EXPECT_DOUBLE_EQ(twin_rule_bound(exact, m, u, 4.0).atol_max, 2 * u);
+  EXPECT_DOUBLE_EQ(twin_rule_bound(exact, m, u, 4.0).rtol_frobenius, 2 * u);
+  GroupScales g;
+  for (auto [name, mx] : {std::pair{"grads/dq", 3.0}, {"grads/dh0", 0.0}, {"outputs/o", 7.0}, {"grads/dk", 5.0}}) {
+    Metrics x;
+    x.name = name;
+    x.ref_max_abs = mx;
+    g.add(x);
+  }
+  EXPECT_EQ(g.of("grads/dh0"), 5.0);
+  EXPECT_EQ(g.of("outputs/ht"), 7.0);
+  EXPECT_EQ(g.of("other/x"), 0.0);
+}
+
+// End to end: with K = 1, b = 1 and unit keys the first step's erase annihilates the state, so
+// the oracle's dh0 is exactly zero. A candidate off by a fraction of one rounding at the scale of
+// the other gradients passes (an all-zero twin used to leave a zero bound, so any correct order of
+// operations failed); one off by far more fails.
+TEST(VerifyTolerance, ExactlyZeroGradientEndToEnd) {
+  fixtures::GenSpec spec;
+  spec.variant = reference::Variant::gdn2;
+  spec.dims = {1, 3, 1, 1, 2};
+  spec.seed = 4321;
+  spec.with_h0 = true;
+  fixtures::Case c;
+  c.inputs = fixtures::generate(spec);
+  for (double& k : c.inputs.k) k = k < 0 ? -1.0 : 1.0;
+  for (double& b : c.inputs.b) b = 1.0;
+  c.cotangents = fixtures::generate_cotangents(c.inputs, spec.seed, true);
+  fixtures::Case cand = run_implementation(c, RunOptions{});
+  auto& dh0 = cand.grads.at("dh0").data;
+  for (double x : dh0) ASSERT_EQ(x, 0.0) << "the float64 recurrent reference should give dh0 = 0 exactly";
+  double scale = 0;
+  for (const auto& [name, d] : cand.grads)
+    for (double x : d.data) scale = std::max(scale, std::abs(x));
+  ASSERT_GT(scale, 0.0);
+  const double u = std::ldexp(1.0, -53);
+  auto dh0_verdict = [&](double off) {
+    dh0[1] = off;
+    const Verdict v = verify_candidate(cand, VerifyOptions{});
+    for (const auto& d : v.datasets)
+      if (d.metrics.name == "grads/dh0") return d;
+    ADD_FAILURE() << "no grads/dh0 in the verdict";
+    return DatasetVerdict{};
+  };
+  const DatasetVerdict ok = dh0_verdict(0.5 * u * scale);
+  EXPECT_TRUE(ok.pass) << "score " << ok.score << ", atol_max " << ok.bound.atol_max;
+  EXPECT_TRUE(std::isnan(ok.bound.rtol_frobenius));
+  EXPECT_NEAR(ok.bound.atol_max, 2 * u * scale, 1e-3 * u * scale);
+  const DatasetVerdict bad = dh0_verdict(1e3 * u * scale);
+  EXPECT_FALSE(bad.pass) << "score " << bad.score;
 }
 
 TEST(VerifyTolerance, TwinPlanPerDtype) {

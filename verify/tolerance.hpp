@@ -23,7 +23,10 @@
 // max abs errors against the oracle of the worst of the reference's own implementations run in
 // that precision on the same inputs (twin_plan). The u floor is one correct rounding of the
 // exact result to the dtype: no implementation that stores its results in that dtype can beat
-// it, so a twin that happens to be exact does not demand the impossible.
+// it, so a twin that happens to be exact does not demand the impossible. A dataset whose oracle
+// value is exactly zero everywhere (dh0 when the first step's erase annihilates the state) has no
+// scale of its own: it gets atol_max = F * max(e_max, u * S) alone, S the largest |ref| among the
+// datasets of its group (outputs or grads), i.e. one rounding of the values it is computed from.
 #pragma once
 
 #include <cstdint>
@@ -88,8 +91,21 @@ struct TwinError {
   double max_abs_error = 0;
   std::string worst_twin;  // label of the twin with the largest relative Frobenius error
 };
+// group_scale: the largest max|ref| of the case's datasets in this one's group (GroupScales); it
+// only matters for a dataset whose reference is all zero.
 Bound twin_rule_bound(const TwinError& e, const Metrics& reference_scale, double unit_roundoff,
-                      double factor = kTwinFactor);
+                      double group_scale = 0, double factor = kTwinFactor);
+
+// The largest max|ref| per group of a case's datasets (the group: the part of a dataset's name
+// before '/', "outputs" or "grads").
+class GroupScales {
+ public:
+  void add(const Metrics& m);
+  double of(const std::string& name) const;
+
+ private:
+  std::map<std::string, double> max_;
+};
 
 // score = max over the bound's checks of metric / bound (<= 1 passes); infinite for non-finite
 // candidates. A zero bound with a zero metric scores 0.

@@ -181,11 +181,13 @@ Verdict verify_candidate(const fixtures::Case& cand, const VerifyOptions& opt) {
         err[i].max_abs_error = std::max(err[i].max_abs_error, tm.max_abs_error);
       }
     }
+    GroupScales scales;
+    for (const auto& d : v.datasets) scales.add(d.metrics);
     for (size_t i = 0; i < v.datasets.size(); ++i) {
       auto& d = v.datasets[i];
       if (opt.tolerance.explicit_bound(d.metrics.name)) continue;
       d.twin = err[i];
-      d.bound = twin_rule_bound(err[i], d.metrics, v.unit_roundoff);
+      d.bound = twin_rule_bound(err[i], d.metrics, v.unit_roundoff, scales.of(d.metrics.name));
       if (err[i].rel_frobenius >= 0.5)
         v.warnings.push_back(fmt::format(
             "{}: the twin's own relative error is {:.2g}: {} cannot resolve this dataset on these "
