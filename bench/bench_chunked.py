@@ -480,7 +480,6 @@ def timings(lib, log, quick, have_peer, bw):
         del os.environ["QEDCHECK_CHUNKED_ONLY"]
         row["ours_gdn2_4w_ms"] = time_ms(run)[0]
         del os.environ["QEDCHECK_CHUNKED_PREP_WARPS"]
-        os.environ["QEDCHECK_CHUNKED_ONLY"] = "prep"
         os.environ["QEDCHECK_CHUNKED_ONLY"] = "state"
         for mt in (1, 2, 4):
             os.environ["QEDCHECK_CHUNKED_MT"] = str(mt)
