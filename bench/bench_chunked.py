@@ -12,7 +12,7 @@ bf16 inputs, in one process:
      against float64 autograd through the recurrence, and forward+backward timings side by side
      with the peer's chunk_gdn2 forward+backward (autograd);
   5. (only when asked: --only phases) the prep pass cut after each of its phases, each phase
-     timed by difference.
+     timed by difference; (--only bwdphases) the backward cut after each of its passes.
 Writes chunked_forward.md and .json into --out; prints the tables last.
 
 python3 bench/bench_chunked.py --lib-dir BUILD (or --lib BUILD/libchunked_capi.so) --out $OUT [--quick] [--skip-peer]
@@ -610,6 +610,30 @@ def timings_backward(lib, log, quick, have_peer):
     return rows
 
 
+def backward_phases(lib, log):
+    """The backward cut after each of its passes (QEDCHECK_CHUNKED_BWD_STOP=k), GDN-2 at
+    [8,4096,16,128] bf16: each pass's cost is the difference of neighbouring cuts."""
+    names = ["recompute forward", "prep", "reverse state sweep", "chunk (decay factors)", "token VJP"]
+    B, T, H, D = 8, 4096, 16, 128
+    x = make_inputs(B, T, H, D, D, "gdn2", "none", "std", torch.bfloat16, seed=3)
+    do = torch.randn(B, T, H, D, device=DEV).to(torch.bfloat16)
+    gr = lib.grad_buffers(x, B, torch.bfloat16)
+    rows, prev = [], 0.0
+    try:
+        for k in range(1, 6):
+            os.environ["QEDCHECK_CHUNKED_BWD_STOP"] = str(k)
+            ms = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16), warmup=1, reps=3)[0]
+            rows.append({"pass": k, "name": names[k - 1], "cum_ms": ms, "pass_ms": ms - prev})
+            prev = ms
+            log("[bwd phases] " + json.dumps(rows[-1]))
+    finally:
+        os.environ.pop("QEDCHECK_CHUNKED_BWD_STOP", None)
+    del x, do, gr
+    lib.wsb = torch.empty(0, dtype=torch.uint8, device=DEV)
+    torch.cuda.empty_cache()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", help="path of the ctypes library (libchunked_capi.so)")
@@ -663,6 +687,11 @@ def main():
             res["bwdtiming"] = timings_backward(lib, log, args.quick, have_peer)
         except Exception as e:  # noqa: BLE001
             log(f"[bwdtiming] FAILED: {e!r}")
+    if "bwdphases" in only:
+        try:
+            res["bwdphases"] = backward_phases(lib, log)
+        except Exception as e:  # noqa: BLE001
+            log(f"[bwdphases] FAILED: {e!r}")
     with open(os.path.join(args.out, "chunked_forward.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
     lines = []
@@ -700,6 +729,9 @@ def main():
               [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}", f"{r['ours_fwdbwd_ms']:.3f}",
                 f"{r['ours_qed_fwdbwd_ms']:.3f}", f"{r.get('peer_fwdbwd_ms', nan):.3f}",
                 f"{r.get('peer_over_ours', nan):.2f}x", f"{r['ws_gb']:.2f}"] for r in res["bwdtiming"]])
+    if res.get("bwdphases"):
+        table(["backward cut after pass ([8,4096,16,128] bf16)", "cumulative ms", "pass ms"],
+              [[f"{r['pass']} {r['name']}", f"{r['cum_ms']:.3f}", f"{r['pass_ms']:.3f}"] for r in res["bwdphases"]])
     with open(os.path.join(args.out, "chunked_forward.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     for l in lines:

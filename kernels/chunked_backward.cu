@@ -91,6 +91,14 @@ int mutant() {
   return cb::kMutantNone;
 }
 
+// Benchmark hook: QEDCHECK_CHUNKED_BWD_STOP=k returns after pass k (1 the recomputing forward,
+// 2 prep, 3 the reverse state sweep, 4 chunk, 5 token); the time of a pass is the difference of
+// neighbouring cuts (bench/bench_chunked.py --only bwdphases). The gradients are then incomplete.
+int bwd_stop() {
+  const char* s = std::getenv("QEDCHECK_CHUNKED_BWD_STOP");
+  return s ? std::atoi(s) : 0;
+}
+
 Status check(const ChunkedBackwardParams& p) {
   const Problem& pr = p.problem;
   if (Status s = validate_problem(kFn, pr); !s.ok()) return s;
@@ -283,23 +291,25 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
     ca.cu = pr.cu_seqlens;
     e = chunked::launch_chunk_base(ca, reinterpret_cast<int64_t*>(ws + L.base), st);
   }
-  if (result.ok() && e == cudaSuccess && L.bound > 0 && items > 0) {
+  const int stop = bwd_stop();
+  auto go = [stop](int pass) { return stop <= 0 || pass <= stop; };
+  if (result.ok() && e == cudaSuccess && L.bound > 0 && items > 0 && go(2)) {
     const int64_t fp = cb::prep_smem_floats(pr.K), fc = cb::chunk_smem_floats(pr.K);
     if ((e = set_smem(reinterpret_cast<const void*>(bwd_prep_kernel), fp)) == cudaSuccess) {
       bwd_prep_kernel<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fp * 4, st>>>(A);
       e = cudaGetLastError();
     }
     const int64_t fs = cb::state_smem_floats(pr.K);
-    if (e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(bwd_state_kernel), fs)) == cudaSuccess) {
+    if (go(3) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(bwd_state_kernel), fs)) == cudaSuccess) {
       bwd_state_kernel<<<dim3(static_cast<unsigned>(A.N), H, static_cast<unsigned>(L.n_vt)), kThreadsBwd,
                          fs * 4, st>>>(A);
       e = cudaGetLastError();
     }
-    if (e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(bwd_chunk_kernel), fc)) == cudaSuccess) {
+    if (go(4) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(bwd_chunk_kernel), fc)) == cudaSuccess) {
       bwd_chunk_kernel<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fc * 4, st>>>(A);
       e = cudaGetLastError();
     }
-    if (e == cudaSuccess) {
+    if (go(5) && e == cudaSuccess) {
       bwd_token_kernel<<<static_cast<unsigned>((items + kThreadsBwd - 1) / kThreadsBwd), kThreadsBwd, 0, st>>>(
           A, items);
       e = cudaGetLastError();
@@ -313,7 +323,7 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
       e = cudaGetLastError();
     }
   }
-  if (result.ok() && e == cudaSuccess && lay.has_lambda) {
+  if (result.ok() && e == cudaSuccess && lay.has_lambda && go(6)) {
     if (BT > 0) {
       bwd_head_reduce_kernel<<<H, kThreadsBwd, 0, st>>>(A.dlam_tok, BT, pr.H, 1, p.grads.dlambda);
       e = cudaGetLastError();
@@ -321,7 +331,7 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
       e = cudaMemsetAsync(p.grads.dlambda, 0, sizeof(float) * pr.H, st);
     }
   }
-  if (result.ok() && e == cudaSuccess && lay.has_r) {
+  if (result.ok() && e == cudaSuccess && lay.has_r && go(6)) {
     if (BT > 0) {
       bwd_head_reduce_kernel<<<H, kThreadsBwd, 0, st>>>(A.dr_tok, BT, pr.H, static_cast<int>(pr.K),
                                                         p.grads.dr);
