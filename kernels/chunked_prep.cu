@@ -15,7 +15,8 @@ template <class InT, int K>
 struct alignas(16) PrepSmem {
   static constexpr int P = K + 8;  // row pitch: fragment-pattern reads hit distinct banks
   static constexpr int PV = 128 + 8;
-  // q, k, b until Ã is formed; then v and w (any V <= 128) for W_z.
+  static constexpr int NTS = sizeof(InT) == 4 ? 3 : 2;  // bf16 terms of L at most (fp32 mode: 3)
+  // q, k, b until Ã is formed; then v and w (any V <= 128) for W_z, and the bf16 terms of L.
   union U {
     struct In {
       InT q[kC][P];
@@ -25,6 +26,9 @@ struct alignas(16) PrepSmem {
     struct VW {
       InT v[kC][PV];
       InT w[kC][PV];
+      // L = (I+T)^-1 split once into its NT bf16 terms, pairs of columns per word (row pitch 36
+      // words: the fragment reads of W_a and W_z hit distinct banks).
+      uint32_t L[NTS][kC][36];
     } vw;
   } u;
   float G[kC][P];   // raw g, then the in-chunk cumulative log2-decay, then Ã = A ⊙ Γ
@@ -56,7 +60,6 @@ struct Ctx {
     if (variant != kQed) return bb * kk;
     return fmaf(bb, kk, fmaf(lam, mval(r, c), -s.coef[r] * kk));
   }
-  __device__ bool unsafe(int I, int c) const { return (s.umask[I][c >> 5] >> (c & 31)) & 1u; }
 };
 
 // 2^x by the special-function unit, subnormal results flushed to zero (exp2f adds a rescaling
@@ -294,7 +297,10 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
         uint32_t bK[NT * 2];
         {
           const int j = 8 * nt + g, c0 = 16 * kb + 2 * t;
-          const bool diag = j >= 16 * I;
+          // Steep channels of a diagonal block drop out of the factored product: their bits for
+          // this lane's channels c0 + {0, 1, 8, 9} (one mask word; usually none at all).
+          uint32_t steep = 0;
+          if (nt >= 2 * I && s.nuns[I] > 0) steep = s.umask[I][kb >> 1] >> (c0 & 31);
 #pragma unroll
           for (int reg = 0; reg < 2; ++reg) {
             float v[2];
@@ -302,7 +308,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
             for (int e = 0; e < 2; ++e) {
               const int c = c0 + e + 8 * reg;
               v[e] = X.kf(j, c) * ex2((p < 0 ? 0.f : s.G[p][c]) - s.G[j][c]);
-              if (diag && X.unsafe(I, c)) v[e] = 0.f;
+              if ((steep >> (e + 8 * reg)) & 1u) v[e] = 0.f;
             }
             uint32_t x[NT];
             split2<NT>(v[0], v[1], x);
@@ -462,12 +468,21 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
       if (chan_bw) *reinterpret_cast<uint4*>(&s.u.vw.w[r][c]) = vw;
     }
   }
+  // L (fp32, in T) into its bf16 terms, once, for the fragment loads of W_a and W_z.
+  for (int i = tid; i < kC * 32; i += NTH) {
+    const int r = i >> 5, cp = i & 31;
+    const float2 lv = *reinterpret_cast<const float2*>(&s.T[r][2 * cp]);
+    uint32_t x[NT];
+    split2<NT>(lv.x, lv.y, x);
+#pragma unroll
+    for (int k = 0; k < NT; ++k) s.u.vw.L[k][r][cp] = x[k];
+  }
   __syncthreads();
   if (A.prep_stop == 7) return;
 
   constexpr int NH = NW / 2;  // warps on W_a, then as many on W_z
   if (warp < NH) {
-    // ---- W_a = L Ã, stored negated as -W_aᵀ B-fragments; L fragments rebuilt per channel pair
+    // ---- W_a = L Ã, stored negated as -W_aᵀ B-fragments; L fragments loaded per channel pair
     // (holding all ten would cost 40 registers per term) ----
     for (int kbp = warp; kbp < K / 16; kbp += NH) {
       float acc[4][2][4];
@@ -497,12 +512,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
           uint32_t la[NT * 4];
 #pragma unroll
           for (int reg = 0; reg < 4; ++reg) {
-            const int r = 16 * I + g + ((reg & 1) ? 8 : 0), c = 16 * kb + 2 * t + ((reg & 2) ? 8 : 0);
-            const float2 lv = *reinterpret_cast<const float2*>(&s.T[r][c]);
-            uint32_t x[NT];
-            split2<NT>(lv.x, lv.y, x);
+            const int r = 16 * I + g + ((reg & 1) ? 8 : 0), cw = 8 * kb + t + ((reg & 2) ? 4 : 0);
 #pragma unroll
-            for (int i = 0; i < NT; ++i) la[4 * i + reg] = x[i];
+            for (int i = 0; i < NT; ++i) la[4 * i + reg] = s.u.vw.L[i][r][cw];
           }
           mma_split<NT, NT>(acc[I][0], la, bb[0]);
           mma_split<NT, NT>(acc[I][1], la, bb[1]);
@@ -520,7 +532,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
         }
     }
   } else {
-    // ---- W_zᵀ = Zᵀ Lᵀ (Z = w ⊙ v), fp32 accumulator tiles; Lᵀ fragments rebuilt per value block ----
+    // ---- W_zᵀ = Zᵀ Lᵀ (Z = w ⊙ v), fp32 accumulator tiles; Lᵀ fragments loaded per value block ----
     auto zval = [&](int j, int vv) -> float {
       const float wv = chan_bw ? to_f(s.u.vw.w[j][vv]) : s.wrow[j];
       return wv * to_f(s.u.vw.v[j][vv]);
@@ -546,13 +558,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
           uint32_t lt[NT * 2];
           const int r = 8 * nt + g;
 #pragma unroll
-          for (int reg = 0; reg < 2; ++reg) {
-            const float2 lv = *reinterpret_cast<const float2*>(&s.T[r][16 * kb + 2 * t + 8 * reg]);
-            uint32_t x[NT];
-            split2<NT>(lv.x, lv.y, x);
+          for (int reg = 0; reg < 2; ++reg)
 #pragma unroll
-            for (int i = 0; i < NT; ++i) lt[2 * i + reg] = x[i];
-          }
+            for (int i = 0; i < NT; ++i) lt[2 * i + reg] = s.u.vw.L[i][r][8 * kb + t + 4 * reg];
           mma_split<NT, NT>(acc, za[kb], lt);
         }
         const int slot = ((vb * 4 + nt / 2) * 2 + (nt & 1)) * 32 + lane;
