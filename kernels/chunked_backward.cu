@@ -63,9 +63,17 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_chunk_kernel(const cb::BwdArg
   extern __shared__ __align__(16) float sm_chunk[];
   cb::chunk_block(BlockExec{}, A, blockIdx.x, blockIdx.y, sm_chunk);
 }
+struct WarpSum {  // butterfly: every lane ends with the same total, in a fixed order
+  __device__ float operator()(float x) const {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+  }
+};
+constexpr int kTokenWarps = kThreadsBwd / 32;  // token items per block, one warp each
 __global__ void __launch_bounds__(kThreadsBwd) bwd_token_kernel(const cb::BwdArgs A, int64_t items) {
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item < items) cb::token_item(A, item);
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kTokenWarps + threadIdx.x / 32;
+  if (item < items) cb::token_item(A, item, static_cast<int>(threadIdx.x % 32), 32, WarpSum{});
 }
 __global__ void __launch_bounds__(kThreadsBwd) bwd_head_reduce_kernel(const float* tok, int64_t BT,
                                                                    int64_t H, int D, float* out) {
@@ -312,7 +320,7 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
       e = cudaGetLastError();
     }
     if (go(5) && e == cudaSuccess) {
-      bwd_token_kernel<<<static_cast<unsigned>((items + kThreadsBwd - 1) / kThreadsBwd), kThreadsBwd, 0, st>>>(
+      bwd_token_kernel<<<static_cast<unsigned>((items + kTokenWarps - 1) / kTokenWarps), kThreadsBwd, 0, st>>>(
           A, items);
       e = cudaGetLastError();
     }

@@ -17,7 +17,8 @@
 //  C. chunk_block, per (chunk, head): sums the tile partials in tile order, §6.2 through the
 //     decay factors, and the §6.3 decay gradient in a cancellation-free arrangement (below),
 //     into per-token fp32 arrays.
-//  D. token_item, per (token, head): the §5.2 erase-vector VJP, z = w⊙v, the variant mapping.
+//  D. token_item, per (token, head), one warp each: the §5.2 erase-vector VJP, z = w⊙v, the
+//     variant mapping.
 //  E. head_reduce_block: dlambda and dr summed over tokens in a fixed order.
 // Arithmetic is fp32 with explicit fmaf; there are no atomics, so results are bitwise
 // reproducible. Mutant switches (BwdArgs::mutant) drop one term each, for the tests.
@@ -156,9 +157,13 @@ QED_HD inline Part part_at(const BwdArgs& A, int64_t gc, int64_t h, int64_t vt) 
 QED_HD inline int64_t part_stride(const BwdArgs& A) { return part_floats(A.K); }
 
 // Shared memory (floats) of each block kind.
-QED_HD inline int64_t prep_smem_floats(int64_t K) { return 4 * kC * K + 2 * kC * kC + kC; }
-QED_HD inline int64_t chunk_smem_floats(int64_t K) { return 4 * kC * K + 2 * kC * kC + kC + K; }
-QED_HD inline int64_t state_smem_floats(int64_t K) { return 3 * K * kVT + 4 * kC * kVT; }
+// Rows of the [C][K] and [K][kVT] tiles in shared memory are padded by one float: threads that
+// walk down a column (one row per thread) then hit 32 different banks instead of one.
+QED_HD inline int64_t tile_ld(int64_t K) { return K + 1; }
+constexpr int kVP = kVT + 1;  // row stride of state_block's tiles
+QED_HD inline int64_t prep_smem_floats(int64_t K) { return 4 * kC * tile_ld(K) + 2 * kC * kC + kC; }
+QED_HD inline int64_t chunk_smem_floats(int64_t K) { return 4 * kC * tile_ld(K) + 2 * kC * kC + kC + K; }
+QED_HD inline int64_t state_smem_floats(int64_t K) { return (3 * K + 4 * kC) * kVP; }
 constexpr int kReduceGroups = 256;
 QED_HD inline int64_t reduce_smem_floats() { return kReduceGroups; }
 
@@ -221,7 +226,8 @@ struct SerialExec {
 // ---- staging: one chunk's q, k, a, G in (shared) memory ----
 
 struct ChunkTiles {
-  float *q, *k, *a, *G;  // [C][K] each
+  float *q, *k, *a, *G;  // [C][K] each, row stride ld = tile_ld(K)
+  int64_t ld;
   float* coef;           // [C]: (k.m)/(k.k) for projected QED arms, else 0
   int64_t brow, t0, h;
   int n;                 // rows of the chunk (<= C)
@@ -229,9 +235,9 @@ struct ChunkTiles {
 
 QED_HD inline float m_value(const BwdArgs& A, const ChunkTiles& s, int r, int c, float bval) {
   const int64_t K = A.K;
-  if (A.arm == kArmFull) return bval * s.q[r * K + c];
+  if (A.arm == kArmFull) return bval * s.q[r * s.ld + c];
   if (A.arm == kArmRand) return bval * A.r[s.h * K + c];
-  return s.q[r * K + c];
+  return s.q[r * s.ld + c];
 }
 
 // Loads q, k, raw g and b (beta broadcast for kda, gdn, deltanet) and forms G (in-chunk cumulative
@@ -245,18 +251,18 @@ QED_HD void stage_chunk(const Ex& ex, const BwdArgs& A, ChunkTiles& s) {
   const bool chan_g = chan_bw || A.variant == kKda;
   ex.for_each(n * K, [&](int64_t i) {
     const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
-    const int64_t t = s.t0 + r;
-    s.q[i] = ld(A.q, s.brow, t, s.h, c);
-    s.k[i] = ld(A.k, s.brow, t, s.h, c);
-    s.a[i] = chan_bw ? ld(A.b, s.brow, t, s.h, c) : ld(A.beta, s.brow, t, s.h, 0);
-    s.G[i] = A.variant == kDeltanet ? 0.f : ld(A.g, s.brow, t, s.h, chan_g ? c : 0);
+    const int64_t t = s.t0 + r, e = r * s.ld + c;
+    s.q[e] = ld(A.q, s.brow, t, s.h, c);
+    s.k[e] = ld(A.k, s.brow, t, s.h, c);
+    s.a[e] = chan_bw ? ld(A.b, s.brow, t, s.h, c) : ld(A.beta, s.brow, t, s.h, 0);
+    s.G[e] = A.variant == kDeltanet ? 0.f : ld(A.g, s.brow, t, s.h, chan_g ? c : 0);
   });
   ex.sync();
   ex.for_each(K, [&](int64_t c) {
     float acc = 0.f;
     for (int r = 0; r < n; ++r) {
-      acc += s.G[r * K + c];
-      s.G[r * K + c] = acc;
+      acc += s.G[r * s.ld + c];
+      s.G[r * s.ld + c] = acc;
     }
   });
   const bool qed = A.variant == kQed;
@@ -266,19 +272,20 @@ QED_HD void stage_chunk(const Ex& ex, const BwdArgs& A, ChunkTiles& s) {
     float nn = 0.f, km = 0.f;
     if (projected)
       for (int c = 0; c < K; ++c) {
-        const float kk = s.k[r * K + c];
+        const float kk = s.k[r * s.ld + c];
         nn = fmaf(kk, kk, nn);
-        km = fmaf(kk, m_value(A, s, static_cast<int>(r), c, s.a[r * K + c]), km);
+        km = fmaf(kk, m_value(A, s, static_cast<int>(r), c, s.a[r * s.ld + c]), km);
       }
     s.coef[r] = (projected && nn > 0.f) ? km / nn : 0.f;
   });
   ex.sync();
   ex.for_each(n * K, [&](int64_t i) {
     const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
-    const float bb = s.a[i], kk = s.k[i];
+    const int64_t e = r * s.ld + c;
+    const float bb = s.a[e], kk = s.k[e];
     float av = bb * kk;
     if (qed) av = fmaf(lam, m_value(A, s, r, c, bb) - s.coef[r] * kk, av);
-    s.a[i] = av;
+    s.a[e] = av;
   });
   ex.sync();
 }
@@ -294,11 +301,12 @@ QED_HD void prep_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, fl
   if (rem <= 0) return;
   const int64_t K = A.K, V = A.V;
   ChunkTiles s;
+  s.ld = tile_ld(K);
   s.q = sm;
-  s.k = s.q + kC * K;
-  s.a = s.k + kC * K;
-  s.G = s.a + kC * K;
-  float* Tm = s.G + kC * K;  // [C][C]
+  s.k = s.q + kC * s.ld;
+  s.a = s.k + kC * s.ld;
+  s.G = s.a + kC * s.ld;
+  float* Tm = s.G + kC * s.ld;  // [C][C]
   float* Lm = Tm + kC * kC;  // [C][C]
   s.coef = Lm + kC * kC;
   s.brow = sp.brow;
@@ -314,9 +322,9 @@ QED_HD void prep_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, fl
     float tv = 0.f, mv = 0.f;
     if (j <= r)
       for (int c = 0; c < K; ++c) {
-        const float kd = s.k[j * K + c] * expf(s.G[r * K + c] - s.G[j * K + c]);
-        tv = fmaf(s.a[r * K + c], kd, tv);
-        mv = fmaf(s.q[r * K + c], kd, mv);
+        const float kd = s.k[j * s.ld + c] * expf(s.G[r * s.ld + c] - s.G[j * s.ld + c]);
+        tv = fmaf(s.a[r * s.ld + c], kd, tv);
+        mv = fmaf(s.q[r * s.ld + c], kd, mv);
       }
     Tm[r * kC + j] = j < r ? tv : 0.f;
     bl.M[r * kC + j] = j <= r ? mv : 0.f;
@@ -343,15 +351,16 @@ QED_HD void prep_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, fl
   // Ã = A⊙Γ, Q̃ = Q⊙Γ, K̂ = K⊙exp(G_n - G), γ_n; W_a = L Ã; W_z = L Z.
   ex.for_each(n * K, [&](int64_t i) {
     const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
-    const float gam = expf(s.G[i]);
-    bl.At[i] = s.a[i] * gam;
-    bl.Qt[i] = s.q[i] * gam;
-    bl.Kh[i] = s.k[i] * expf(s.G[(n - 1) * K + c] - s.G[i]);
+    const int64_t e = r * s.ld + c;
+    const float gam = expf(s.G[e]);
+    bl.At[i] = s.a[e] * gam;
+    bl.Qt[i] = s.q[e] * gam;
+    bl.Kh[i] = s.k[e] * expf(s.G[(n - 1) * s.ld + c] - s.G[e]);
     float acc = 0.f;
-    for (int j = 0; j <= r; ++j) acc = fmaf(Lm[r * kC + j], s.a[j * K + c] * expf(s.G[j * K + c]), acc);
+    for (int j = 0; j <= r; ++j) acc = fmaf(Lm[r * kC + j], s.a[j * s.ld + c] * expf(s.G[j * s.ld + c]), acc);
     bl.Wa[i] = acc;
   });
-  ex.for_each(K, [&](int64_t c) { bl.gl[c] = expf(s.G[(n - 1) * K + c]); });
+  ex.for_each(K, [&](int64_t c) { bl.gl[c] = expf(s.G[(n - 1) * s.ld + c]); });
   const bool chan_bw = A.variant == kGdn2 || A.variant == kQed;
   ex.for_each(n * V, [&](int64_t i) {
     const int r = static_cast<int>(i / V), v = static_cast<int>(i % V);
@@ -373,13 +382,13 @@ QED_HD void state_block(const Ex& ex, const BwdArgs& A, int64_t seq, int64_t h, 
   const int64_t v0 = static_cast<int64_t>(vt) * kVT;
   const int vw = static_cast<int>(V - v0 < kVT ? V - v0 : kVT);
   if (vw <= 0) return;
-  float* S = sm;             // [K][kVT] chunk-start state S_[n]
-  float* Sh = S + K * kVT;   // adjoint Ŝ' of the chunk-end state
-  float* Shn = Sh + K * kVT; // adjoint Ŝ of the chunk-start state
-  float* O = Shn + K * kVT;  // [C][kVT] Ō
-  float* U = O + kC * kVT;   // U
-  float* Ub = U + kC * kVT;  // Ū
-  float* Y = Ub + kC * kVT;  // Ȳ = Z̄
+  float* S = sm;             // [K][kVP] chunk-start state S_[n] (kVT columns used)
+  float* Sh = S + K * kVP;   // adjoint Ŝ' of the chunk-end state
+  float* Shn = Sh + K * kVP; // adjoint Ŝ of the chunk-start state
+  float* O = Shn + K * kVP;  // [C][kVP] Ō
+  float* U = O + kC * kVP;   // U
+  float* Ub = U + kC * kVP;  // Ū
+  float* Y = Ub + kC * kVP;  // Ȳ = Z̄
   const Span sp = seq_span(A, seq);
   const int64_t c0 = first_chunk(A, seq);
   int64_t nch = (sp.len + kC - 1) / kC;
@@ -387,7 +396,7 @@ QED_HD void state_block(const Ex& ex, const BwdArgs& A, int64_t seq, int64_t h, 
   const float s = A.scale;
   ex.for_each(K * vw, [&](int64_t i) {
     const int64_t c = i / vw, v = i % vw;
-    Sh[c * kVT + v] = A.dht ? A.dht[seq * A.dht_sn + h * A.dht_sh + c * A.dht_sk + v0 + v] : 0.f;
+    Sh[c * kVP + v] = A.dht ? A.dht[seq * A.dht_sn + h * A.dht_sh + c * A.dht_sk + v0 + v] : 0.f;
   });
   ex.sync();
   for (int64_t ci = nch - 1; ci >= 0; --ci) {
@@ -400,23 +409,23 @@ QED_HD void state_block(const Ex& ex, const BwdArgs& A, int64_t seq, int64_t h, 
     const float* Sg = A.cs + (gc * A.H + h) * K * V;
     ex.for_each(K * vw, [&](int64_t i) {
       const int64_t c = i / vw, v = i % vw;
-      S[c * kVT + v] = Sg[c * V + v0 + v];
+      S[c * kVP + v] = Sg[c * V + v0 + v];
     });
     ex.for_each(n * vw, [&](int64_t i) {
       const int64_t r = i / vw, v = i % vw;
-      O[r * kVT + v] = ld(A.dout, sp.brow, t0 + r, h, v0 + v);
+      O[r * kVP + v] = ld(A.dout, sp.brow, t0 + r, h, v0 + v);
     });
     ex.sync();
     // U = W_z - W_a S (4.3); Ū = s Mᵀ Ō + K̂ Ŝ' (§6.1).
     ex.for_each(n * vw, [&](int64_t i) {
       const int r = static_cast<int>(i / vw), v = static_cast<int>(i % vw);
       float acc = 0.f;
-      for (int c = 0; c < K; ++c) acc = fmaf(bl.Wa[r * K + c], S[c * kVT + v], acc);
-      U[r * kVT + v] = bl.Wz[r * V + v0 + v] - acc;
+      for (int c = 0; c < K; ++c) acc = fmaf(bl.Wa[r * K + c], S[c * kVP + v], acc);
+      U[r * kVP + v] = bl.Wz[r * V + v0 + v] - acc;
       float mo = 0.f, ks = 0.f;
-      for (int r2 = r; r2 < n; ++r2) mo = fmaf(bl.M[r2 * kC + r], O[r2 * kVT + v], mo);
-      for (int c = 0; c < K; ++c) ks = fmaf(bl.Kh[r * K + c], Sh[c * kVT + v], ks);
-      Ub[r * kVT + v] = fmaf(s, mo, ks);
+      for (int r2 = r; r2 < n; ++r2) mo = fmaf(bl.M[r2 * kC + r], O[r2 * kVP + v], mo);
+      for (int c = 0; c < K; ++c) ks = fmaf(bl.Kh[r * K + c], Sh[c * kVP + v], ks);
+      Ub[r * kVP + v] = fmaf(s, mo, ks);
     });
     ex.sync();
     // Ȳ = Lᵀ Ū (the chunk's Z̄); partials M̄ = s tril(Ō Uᵀ), Q̃̄ = s Ō Sᵀ, K̂̄ = U Ŝ'ᵀ and
@@ -424,30 +433,30 @@ QED_HD void state_block(const Ex& ex, const BwdArgs& A, int64_t seq, int64_t h, 
     ex.for_each(n * vw, [&](int64_t i) {
       const int j = static_cast<int>(i / vw), v = static_cast<int>(i % vw);
       float acc = 0.f;
-      for (int r = j; r < n; ++r) acc = fmaf(bl.L[r * kC + j], Ub[r * kVT + v], acc);
-      Y[j * kVT + v] = acc;
+      for (int r = j; r < n; ++r) acc = fmaf(bl.L[r * kC + j], Ub[r * kVP + v], acc);
+      Y[j * kVP + v] = acc;
       A.tok_v[(((sp.brow * A.T) + t0 + j) * A.H + h) * V + v0 + v] = acc;
     });
     ex.for_each(n * n, [&](int64_t i) {
       const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
       float acc = 0.f;
       if (j <= r)
-        for (int v = 0; v < vw; ++v) acc = fmaf(O[r * kVT + v], U[j * kVT + v], acc);
+        for (int v = 0; v < vw; ++v) acc = fmaf(O[r * kVP + v], U[j * kVP + v], acc);
       pt.Mb[r * kC + j] = s * acc;
     });
     ex.for_each(n * K, [&](int64_t i) {
       const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
       float qa = 0.f, ka = 0.f;
       for (int v = 0; v < vw; ++v) {
-        qa = fmaf(O[r * kVT + v], S[c * kVT + v], qa);
-        ka = fmaf(U[r * kVT + v], Sh[c * kVT + v], ka);
+        qa = fmaf(O[r * kVP + v], S[c * kVP + v], qa);
+        ka = fmaf(U[r * kVP + v], Sh[c * kVP + v], ka);
       }
       pt.Qtb[r * K + c] = s * qa;
       pt.Khb[r * K + c] = ka;
     });
     ex.for_each(K, [&](int64_t c) {
       float acc = 0.f;
-      for (int v = 0; v < vw; ++v) acc = fmaf(Sh[c * kVT + v], S[c * kVT + v], acc);
+      for (int v = 0; v < vw; ++v) acc = fmaf(Sh[c * kVP + v], S[c * kVP + v], acc);
       pt.rho[c] = acc;
     });
     ex.sync();
@@ -456,34 +465,34 @@ QED_HD void state_block(const Ex& ex, const BwdArgs& A, int64_t seq, int64_t h, 
       const int c = static_cast<int>(i / vw), v = static_cast<int>(i % vw);
       float qo = 0.f, ay = 0.f;
       for (int r = 0; r < n; ++r) {
-        qo = fmaf(bl.Qt[r * K + c], O[r * kVT + v], qo);
-        ay = fmaf(bl.At[r * K + c], Y[r * kVT + v], ay);
+        qo = fmaf(bl.Qt[r * K + c], O[r * kVP + v], qo);
+        ay = fmaf(bl.At[r * K + c], Y[r * kVP + v], ay);
       }
-      Shn[c * kVT + v] = fmaf(s, qo, bl.gl[c] * Sh[c * kVT + v]) - ay;
+      Shn[c * kVP + v] = fmaf(s, qo, bl.gl[c] * Sh[c * kVP + v]) - ay;
     });
     ex.for_each(n * n, [&](int64_t i) {
       const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
       float acc = 0.f;
       if (j < r)
-        for (int v = 0; v < vw; ++v) acc = fmaf(Y[r * kVT + v], U[j * kVT + v], acc);
+        for (int v = 0; v < vw; ++v) acc = fmaf(Y[r * kVP + v], U[j * kVP + v], acc);
       pt.Tb[r * kC + j] = -acc;
     });
     ex.for_each(n * K, [&](int64_t i) {
       const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
       float acc = 0.f;
-      for (int v = 0; v < vw; ++v) acc = fmaf(Y[r * kVT + v], S[c * kVT + v], acc);
+      for (int v = 0; v < vw; ++v) acc = fmaf(Y[r * kVP + v], S[c * kVP + v], acc);
       pt.Atb[r * K + c] = -acc;
     });
     ex.sync();
     ex.for_each(K * vw, [&](int64_t i) {
       const int64_t c = i / vw, v = i % vw;
-      Sh[c * kVT + v] = Shn[c * kVT + v];
+      Sh[c * kVP + v] = Shn[c * kVP + v];
     });
     ex.sync();
   }
   ex.for_each(K * vw, [&](int64_t i) {
     const int64_t c = i / vw, v = i % vw;
-    A.dh0[seq * A.dh0_sn + h * A.dh0_sh + c * A.dh0_sk + v0 + v] = Sh[c * kVT + v];
+    A.dh0[seq * A.dh0_sn + h * A.dh0_sh + c * A.dh0_sk + v0 + v] = Sh[c * kVP + v];
   });
 }
 
@@ -498,11 +507,12 @@ QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, f
   if (rem <= 0) return;
   const int64_t K = A.K;
   ChunkTiles s;
+  s.ld = tile_ld(K);
   s.q = sm;
-  s.k = s.q + kC * K;
-  s.a = s.k + kC * K;
-  s.G = s.a + kC * K;
-  float* Tb = s.G + kC * K;  // [C][C]
+  s.k = s.q + kC * s.ld;
+  s.a = s.k + kC * s.ld;
+  s.G = s.a + kC * s.ld;
+  float* Tb = s.G + kC * s.ld;  // [C][C]
   float* Mb = Tb + kC * kC;  // [C][C]
   s.coef = Mb + kC * kC;
   float* rho = s.coef + kC;  // [K]
@@ -549,16 +559,16 @@ QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, f
   // and γ_r, so no O(1) terms cancel when the true ḡ is tiny (g = -20: ḡ ~ e^-20).
   ex.for_each(n * K, [&](int64_t i) {
     const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
-    const float Gr = s.G[r * K + c];
+    const float Gr = s.G[r * s.ld + c];
     float ab = 0.f, qb = 0.f, kb = 0.f;
     for (int j = 0; j < r; ++j) {  // row r: ā and q̄ from columns j < r
-      const float kd = s.k[j * K + c] * expf(Gr - s.G[j * K + c]);
+      const float kd = s.k[j * s.ld + c] * expf(Gr - s.G[j * s.ld + c]);
       ab = fmaf(Tb[r * kC + j], kd, ab);
       qb = fmaf(Mb[r * kC + j], kd, qb);
     }
     for (int r2 = r + 1; r2 < n; ++r2) {  // column r: k̄ from rows r2 > r
-      const float x = fmaf(Tb[r2 * kC + r], s.a[r2 * K + c], Mb[r2 * kC + r] * s.q[r2 * K + c]);
-      kb = fmaf(x, expf(s.G[r2 * K + c] - Gr), kb);
+      const float x = fmaf(Tb[r2 * kC + r], s.a[r2 * s.ld + c], Mb[r2 * kC + r] * s.q[r2 * s.ld + c]);
+      kb = fmaf(x, expf(s.G[r2 * s.ld + c] - Gr), kb);
     }
     float at = 0.f, qt = 0.f;
     for (int vt = 0; vt < nvt; ++vt) {
@@ -568,12 +578,13 @@ QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, f
     const float gam = expf(Gr);
     ab = fmaf(at, gam, ab);
     qb = fmaf(qt, gam, qb);
-    const float o = s.a[r * K + c] * ab + s.q[r * K + c] * qb - s.k[r * K + c] * kb;
+    const int64_t e = r * s.ld + c;
+    const float o = s.a[e] * ab + s.q[e] * qb - s.k[e] * kb;
     const float mrr = Mb[r * kC + r];
-    float kfull = fmaf(mrr, s.q[r * K + c], kb);
-    if (A.mutant != kMutantNoKhatGrad) kfull = fmaf(khb(r, c), expf(s.G[(n - 1) * K + c] - Gr), kfull);
+    float kfull = fmaf(mrr, s.q[e], kb);
+    if (A.mutant != kMutantNoKhatGrad) kfull = fmaf(khb(r, c), expf(s.G[(n - 1) * s.ld + c] - Gr), kfull);
     abar_t[tok(r) + c] = ab;
-    qbar_t[tok(r) + c] = fmaf(mrr, s.k[r * K + c], qb);
+    qbar_t[tok(r) + c] = fmaf(mrr, s.k[e], qb);
     kbar_t[tok(r) + c] = kfull;
     gbar_t[tok(r) + c] = o;
   });
@@ -588,20 +599,29 @@ QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, f
       acc += gbar_t[o];
       gbar_t[o] = acc;
     }
-    const float Gn = s.G[(n - 1) * K + c];
+    const float Gn = s.G[(n - 1) * s.ld + c];
     float pre = rho[c] * expf(Gn);
     for (int r = 0; r < n; ++r) {
       const int64_t o = tok(r) + c;
       gbar_t[o] += pre;
-      pre = fmaf(s.k[r * K + c] * expf(Gn - s.G[r * K + c]), khb(r, c), pre);
+      pre = fmaf(s.k[r * s.ld + c] * expf(Gn - s.G[r * s.ld + c]), khb(r, c), pre);
     }
   });
 }
 
 // ---- D: token-level VJPs (§5.2, z = w⊙v) and the variant mapping ----
 
-// One (token, head) item, item = bt * H + h over all B*T tokens.
-QED_HD inline void token_item(const BwdArgs& A, int64_t item) {
+// Lane sums of a token item on one thread (the CPU): nothing to add.
+struct SoloSum {
+  QED_HD float operator()(float x) const { return x; }
+};
+
+// One (token, head) item, item = bt * H + h over all B*T tokens, on a group of nl lanes: lane l
+// takes channels l, l + nl, ... (so a warp reads and writes whole rows, coalesced), `sum` totals a
+// per-lane value over the group, the same total on every lane in a fixed order (SoloSum on the
+// CPU, a warp butterfly on the GPU). Per-item scalars are stored by lane 0.
+template <class Sum>
+QED_HD inline void token_item(const BwdArgs& A, int64_t item, int lane, int nl, const Sum& sum) {
   const int64_t K = A.K, V = A.V, H = A.H;
   const int64_t bt = item / H, h = item % H;
   const int64_t brow = bt / A.T, t = bt % A.T;
@@ -624,17 +644,19 @@ QED_HD inline void token_item(const BwdArgs& A, int64_t item) {
     return ld(A.q, brow, t, h, c);
   };
   float nn = 0.f, km = 0.f, ee = 0.f;
-  if (qed)
-    for (int64_t c = 0; c < K; ++c) {
+  if (qed) {
+    for (int64_t c = lane; c < K; c += nl) {
       const float kk = ld(A.k, brow, t, h, c);
       nn = fmaf(kk, kk, nn);
       km = fmaf(kk, mval(c), km);
       ee = fmaf(kk, abar[c], ee);
     }
+    nn = sum(nn), km = sum(km), ee = sum(ee);
+  }
   const bool proj = projected && nn > 0.f;
   const float f = proj ? km / nn : 0.f;
   float dl = 0.f, dbsum = 0.f, dgsum = 0.f;
-  for (int64_t c = 0; c < K; ++c) {
+  for (int64_t c = lane; c < K; c += nl) {
     const float kk = ld(A.k, brow, t, h, c), bb = bval(c), ab = abar[c];
     float dq = qbar[c];
     float dk = fmaf(ab, bb, kbar[c]);
@@ -665,10 +687,13 @@ QED_HD inline void token_item(const BwdArgs& A, int64_t item) {
     dbsum += db;
     dgsum += gbar[c];
   }
-  if (qed) A.dlam_tok[item] = dl;
-  if (A.variant == kGdn) st(A.dg, brow, t, h, 0, dgsum);
+  if (qed) dl = sum(dl);
+  if (A.variant == kGdn) dgsum = sum(dgsum);
+  if (!chan_bw) dbsum = sum(dbsum);
+  if (qed && lane == 0) A.dlam_tok[item] = dl;
+  if (A.variant == kGdn && lane == 0) st(A.dg, brow, t, h, 0, dgsum);
   float svz = 0.f;
-  for (int64_t j = 0; j < V; ++j) {
+  for (int64_t j = lane; j < V; j += nl) {
     const float zb = zbar[j], vv = ld(A.v, brow, t, h, j);
     if (chan_bw) {
       st(A.dv, brow, t, h, j, ld(A.w, brow, t, h, j) * zb);
@@ -678,7 +703,10 @@ QED_HD inline void token_item(const BwdArgs& A, int64_t item) {
       svz = fmaf(vv, zb, svz);
     }
   }
-  if (!chan_bw) st(A.dbeta, brow, t, h, 0, dbsum + svz);
+  if (!chan_bw) {
+    svz = sum(svz);
+    if (lane == 0) st(A.dbeta, brow, t, h, 0, dbsum + svz);
+  }
 }
 
 // ---- E: per-head sums over tokens, fixed order ----

@@ -203,7 +203,7 @@ inline Grads<double> emulate(const Inputs<double>& in, const Cotangents<double>&
       for (int vt = 0; vt < A.n_vt; ++vt) kb::state_block(ex, A, n, h, vt, sm.data());
   for (int64_t gc = 0; gc < bound; ++gc)
     for (int64_t h = 0; h < H; ++h) kb::chunk_block(ex, A, gc, h, sm.data());
-  for (int64_t item = 0; item < BTH; ++item) kb::token_item(A, item);
+  for (int64_t item = 0; item < BTH; ++item) kb::token_item(A, item, 0, 1, kb::SoloSum{});
   std::vector<float> dlam(static_cast<size_t>(H), NAN), dr(static_cast<size_t>(H * K), NAN);
   std::vector<float> scratch(kb::reduce_smem_floats());
   for (int64_t h = 0; h < H; ++h) {
