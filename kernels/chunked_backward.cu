@@ -24,6 +24,7 @@
 #include <string>
 
 #include "kernels/chunked_api.hpp"
+#include "kernels/chunked_backward_mma.cuh"
 #include "kernels/chunked_backward_tile.hpp"
 #include "kernels/chunked_common.cuh"
 
@@ -51,7 +52,98 @@ struct BlockExec {
   }
 };
 
+constexpr int kNTB = 3;  // bf16 terms per operand of the backward's tensor-core products
+
+// prep_block's W_a = L Ã and W_z = L Z on tensor cores.
+struct TcPrepProducts {
+  __device__ void operator()(const BlockExec&, const cb::BwdArgs& A, const cb::ChunkTiles& s, const float* Lm,
+                             const cb::Blob& bl) const {
+    constexpr int kC = cb::kC;
+    const int n = s.n, n16 = (n + 15) / 16 * 16, K = static_cast<int>(A.K), V = static_cast<int>(A.V);
+    auto kr = [&](int m0, int& lo, int& hi) { lo = 0, hi = m0 + 16 < n16 ? m0 + 16 : n16; };
+    auto fl = [&](int r, int j) { return (r < n && j < n) ? Lm[r * kC + j] : 0.f; };
+    cb::tc::block_gemm<kNTB, 4>(
+        kC, K, kr, fl, [&](int j, int c) { return j < n ? s.a[j * s.ld + c] : 0.f; },
+        [&](int r, int c, float x) {
+          if (r < n) bl.Wa[r * K + c] = x;
+        });
+    cb::tc::block_gemm<kNTB, 4>(
+        kC, V, kr, fl, [&](int j, int v) { return j < n ? cb::z_value(A, s, j, v) : 0.f; },
+        [&](int r, int v, float x) {
+          if (r < n) bl.Wz[r * V + v] = x;
+        });
+  }
+};
+
+// prep_block's T and M: the 16 x 16 blocks below the diagonal blocks on tensor cores, with the
+// log-decay R of the row before block I as reference: for r in block I and j < 16I,
+// E_rj = exp(G_r - R) exp(R - G_j), both exponents <= 0 (MATH.md §4.6), so
+//   T_IJ = (A_I ⊙ exp(G_I - R)) (K_J ⊙ exp(R - G_J))ᵀ and M_IJ the same with Q_I;
+// the diagonal blocks keep pairwise exponents, one thread per entry; zeros above.
+struct TcPrepTM {
+  __device__ void operator()(const BlockExec& ex, const cb::BwdArgs& A, const cb::ChunkTiles& s, float* Tm,
+                             const cb::Blob& bl) const {
+    constexpr int kC = cb::kC;
+    const int n = s.n, K = static_cast<int>(A.K), ld = static_cast<int>(s.ld), nb = (n + 15) / 16;
+    const int warp = static_cast<int>(threadIdx.x >> 5), nw = static_cast<int>(blockDim.x >> 5);
+    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
+    const int pairs = nb * (nb - 1) / 2;
+    for (int task = warp; task < pairs; task += nw) {
+      int I = 1, rest = task;  // pair (I, J), J < I, in the order (1,0) (2,0) (2,1) (3,0) ...
+      while (rest >= I) rest -= I, ++I;
+      const int J = rest, m0 = 16 * I, j0 = 16 * J;
+      const float* Rg = s.G + (m0 - 1) * ld;
+      float acc[2][2][4] = {};
+      for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t aA[4 * kNTB], aQ[4 * kNTB];
+        cb::tc::frag_a<kNTB>(
+            aA, [&](int r, int c) { return r < n ? s.a[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; }, m0,
+            k0, g, t);
+        cb::tc::frag_a<kNTB>(
+            aQ, [&](int r, int c) { return r < n ? s.q[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; }, m0,
+            k0, g, t);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          uint32_t b[2 * kNTB];
+          cb::tc::frag_b<kNTB>(
+              b, [&](int c, int j) { return s.k[j * ld + c] * expf(Rg[c] - s.G[j * ld + c]); }, k0, j0 + 8 * nt,
+              g, t);
+          chunked::mma_split<kNTB, kNTB>(acc[0][nt], aA, b);
+          chunked::mma_split<kNTB, kNTB>(acc[1][nt], aQ, b);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = m0 + g + (e >> 1) * 8, j = j0 + 8 * nt + 2 * t + (e & 1);
+          if (r >= n) continue;
+          Tm[r * kC + j] = acc[0][nt][e];
+          bl.M[r * kC + j] = acc[1][nt][e];
+        }
+    }
+    // Diagonal blocks (pairwise exponents) and the zeros above them.
+    ex.for_each(n * n, [&](int64_t i) {
+      const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
+      if (j / 16 < r / 16) return;  // below the diagonal blocks: the products above
+      float tv = 0.f, mv = 0.f;
+      if (j <= r)
+        for (int c = 0; c < K; ++c) {
+          const float kd = s.k[j * ld + c] * expf(s.G[r * ld + c] - s.G[j * ld + c]);
+          tv = fmaf(s.a[r * ld + c], kd, tv);
+          mv = fmaf(s.q[r * ld + c], kd, mv);
+        }
+      Tm[r * kC + j] = j < r ? tv : 0.f;
+      bl.M[r * kC + j] = j <= r ? mv : 0.f;
+    });
+  }
+};
+
 __global__ void __launch_bounds__(kThreadsBwd) bwd_prep_kernel(const cb::BwdArgs A) {
+  extern __shared__ __align__(16) float sm_prep[];
+  cb::prep_block(BlockExec{}, A, blockIdx.x, blockIdx.y, sm_prep, TcPrepProducts{}, TcPrepTM{});
+}
+__global__ void __launch_bounds__(kThreadsBwd) bwd_prep_scalar_kernel(const cb::BwdArgs A) {
   extern __shared__ __align__(16) float sm_prep[];
   cb::prep_block(BlockExec{}, A, blockIdx.x, blockIdx.y, sm_prep);
 }
@@ -59,7 +151,230 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_state_kernel(const cb::BwdArg
   extern __shared__ __align__(16) float sm_state[];
   cb::state_block(BlockExec{}, A, blockIdx.x, blockIdx.y, static_cast<int>(blockIdx.z), sm_state);
 }
+// The reverse sweep of state_block (chunked_backward_tile.hpp) with its matrix products on
+// tensor cores (chunked_backward_mma.cuh, three bf16 terms per operand): same inputs, same
+// outputs (Z̄, the tile partials, dh0), same shared-memory tiles; rho stays a scalar loop.
+// `QEDCHECK_CHUNKED_BWD_SCALAR=1` launches the scalar prep, state and chunk blocks instead.
+__global__ void __launch_bounds__(kThreadsBwd) bwd_state_tc_kernel(const cb::BwdArgs A) {
+  extern __shared__ __align__(16) float sm[];
+  namespace tc = cb::tc;
+  constexpr int kC = cb::kC, P = cb::kVP, VT = cb::kVT;
+  const int64_t seq = blockIdx.x, h = blockIdx.y;
+  const int vt = static_cast<int>(blockIdx.z);
+  const int K = static_cast<int>(A.K);
+  const int64_t V = A.V;
+  const int64_t v0 = static_cast<int64_t>(vt) * VT;
+  if (V - v0 < VT) return;  // V is a multiple of kVT (check_built_sizes)
+  float* S = sm;
+  float* Sh = S + K * P;
+  float* Shn = Sh + K * P;
+  float* O = Shn + K * P;
+  float* U = O + kC * P;
+  float* Ub = U + kC * P;
+  float* Y = Ub + kC * P;
+  const cb::Span sp = cb::seq_span(A, seq);
+  const int64_t c0 = cb::first_chunk(A, seq);
+  int64_t nch = (sp.len + kC - 1) / kC;
+  if (c0 + nch > A.chunk_bound) nch = A.chunk_bound - c0 > 0 ? A.chunk_bound - c0 : 0;
+  const float s = A.scale;
+  const int tid = static_cast<int>(threadIdx.x), nth = static_cast<int>(blockDim.x);
+  for (int i = tid; i < K * VT; i += nth) {
+    const int c = i / VT, v = i % VT;
+    Sh[c * P + v] = A.dht ? A.dht[seq * A.dht_sn + h * A.dht_sh + c * A.dht_sk + v0 + v] : 0.f;
+  }
+  __syncthreads();
+  for (int64_t ci = nch - 1; ci >= 0; --ci) {
+    const int64_t gc = c0 + ci;
+    const int64_t rem = sp.len - ci * kC;
+    const int n = rem < kC ? static_cast<int>(rem) : kC;
+    const int n16 = (n + 15) / 16 * 16;
+    const int64_t t0 = sp.bos + ci * kC;
+    const cb::Blob bl = cb::blob_at(A, gc, h);
+    const cb::Part pt = cb::part_at(A, gc, h, vt);
+    const float* Sg = A.cs + (gc * A.H + h) * K * V;
+    for (int i = tid; i < K * VT; i += nth) {
+      const int c = i / VT, v = i % VT;
+      S[c * P + v] = Sg[c * V + v0 + v];
+    }
+    for (int i = tid; i < kC * VT; i += nth) {
+      const int r = i / VT, v = i % VT;
+      O[r * P + v] = r < n ? cb::ld(A.dout, sp.brow, t0 + r, h, v0 + v) : 0.f;
+    }
+    __syncthreads();
+    // U = W_z - W_a S;  Ū = s Mᵀ Ō + K̂ Ŝ' (k runs over the chunk's rows, then the channels).
+    tc::block_gemm<kNTB, 4>(
+        kC, VT, [&](int, int& lo, int& hi) { lo = 0, hi = K; },
+        [&](int r, int c) { return r < n ? bl.Wa[r * K + c] : 0.f; },
+        [&](int c, int v) { return S[c * P + v]; },
+        [&](int r, int v, float x) { U[r * P + v] = r < n ? bl.Wz[r * V + v0 + v] - x : 0.f; });
+    tc::block_gemm<kNTB, 4>(
+        kC, VT, [&](int m0, int& lo, int& hi) { lo = m0, hi = kC + K; },
+        [&](int r, int k) {
+          if (r >= n) return 0.f;
+          if (k < kC) return k < n ? s * bl.M[k * kC + r] : 0.f;
+          return bl.Kh[r * K + (k - kC)];
+        },
+        [&](int k, int v) { return k < kC ? O[k * P + v] : Sh[(k - kC) * P + v]; },
+        [&](int r, int v, float x) { Ub[r * P + v] = r < n ? x : 0.f; });
+    __syncthreads();
+    // Ȳ = Lᵀ Ū (the chunk's Z̄); partials M̄ = s tril(Ō Uᵀ), Q̃̄ = s Ō Sᵀ, K̂̄ = U Ŝ'ᵀ, ρ_S.
+    float* zbar = A.tok_v + ((sp.brow * A.T + t0) * A.H + h) * V + v0;
+    tc::block_gemm<kNTB, 4>(
+        kC, VT, [&](int m0, int& lo, int& hi) { lo = m0, hi = n16; },
+        [&](int j, int r) { return (j < n && r < n) ? bl.L[r * kC + j] : 0.f; },
+        [&](int r, int v) { return Ub[r * P + v]; },
+        [&](int j, int v, float x) {
+          Y[j * P + v] = j < n ? x : 0.f;
+          if (j < n) zbar[static_cast<int64_t>(j) * A.H * V + v] = x;
+        });
+    tc::block_gemm<kNTB, 4>(
+        kC, kC, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
+        [&](int r, int v) { return O[r * P + v]; }, [&](int v, int j) { return U[j * P + v]; },
+        [&](int r, int j, float x) {
+          if (r < n && j < n) pt.Mb[r * kC + j] = j <= r ? s * x : 0.f;
+        });
+    tc::block_gemm<kNTB, 4>(
+        kC, K, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
+        [&](int r, int v) { return O[r * P + v]; }, [&](int v, int c) { return S[c * P + v]; },
+        [&](int r, int c, float x) {
+          if (r < n) pt.Qtb[r * K + c] = s * x;
+        });
+    tc::block_gemm<kNTB, 4>(
+        kC, K, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
+        [&](int r, int v) { return U[r * P + v]; }, [&](int v, int c) { return Sh[c * P + v]; },
+        [&](int r, int c, float x) {
+          if (r < n) pt.Khb[r * K + c] = x;
+        });
+    for (int c = tid; c < K; c += nth) {
+      float acc = 0.f;
+      for (int v = 0; v < VT; ++v) acc = fmaf(Sh[c * P + v], S[c * P + v], acc);
+      pt.rho[c] = acc;
+    }
+    __syncthreads();
+    // Ŝ_[n] = s Q̃ᵀ Ō + Diag(γ_n) Ŝ' − Ãᵀ Ȳ; partials T̄ = −stril(Ȳ Uᵀ), Ã̄ = −Ȳ Sᵀ.
+    tc::block_gemm<kNTB, 4>(
+        K, VT, [&](int, int& lo, int& hi) { lo = 0, hi = 2 * kC; },
+        [&](int c, int k) {
+          if (k < kC) return k < n ? s * bl.Qt[k * K + c] : 0.f;
+          return k - kC < n ? -bl.At[(k - kC) * K + c] : 0.f;
+        },
+        [&](int k, int v) { return k < kC ? O[k * P + v] : Y[(k - kC) * P + v]; },
+        [&](int c, int v, float x) { Shn[c * P + v] = fmaf(bl.gl[c], Sh[c * P + v], x); });
+    tc::block_gemm<kNTB, 4>(
+        kC, kC, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
+        [&](int r, int v) { return Y[r * P + v]; }, [&](int v, int j) { return U[j * P + v]; },
+        [&](int r, int j, float x) {
+          if (r < n && j < n) pt.Tb[r * kC + j] = j < r ? -x : 0.f;
+        });
+    tc::block_gemm<kNTB, 4>(
+        kC, K, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
+        [&](int r, int v) { return Y[r * P + v]; }, [&](int v, int c) { return S[c * P + v]; },
+        [&](int r, int c, float x) {
+          if (r < n) pt.Atb[r * K + c] = -x;
+        });
+    __syncthreads();
+    for (int i = tid; i < K * VT; i += nth) {
+      const int c = i / VT, v = i % VT;
+      Sh[c * P + v] = Shn[c * P + v];
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < K * VT; i += nth) {
+    const int c = i / VT, v = i % VT;
+    A.dh0[seq * A.dh0_sn + h * A.dh0_sh + c * A.dh0_sk + v0 + v] = Sh[c * P + v];
+  }
+}
+
+// chunk_block's sums over pairs of rows in different 16-row blocks (cb::ScalarOffDiag) on tensor
+// cores. With R the log-decay of the last row before block I (lower part) or of the last row of
+// block J (upper part), E_rj = exp(G_r - R) exp(R - G_j) with both exponents <= 0 for every g <= 0
+// (MATH.md §4.6), so no factor overflows; one that underflows belongs to a pair whose E_rj is
+// smaller still. Lower: ā°_I = exp(G_I - R) ⊙ Σ_J T̄_IJ (K_J ⊙ exp(R - G_J)) (q̄° with M̄, same
+// right operand); upper: k̄°_J = exp(R - G_J) ⊙ Σ_I (T̄_IJᵀ (A_I ⊙ exp(G_I - R)) + M̄_IJᵀ (Q_I ⊙ ...)).
+// One warp per (block, 32 channels).
+struct TcOffDiag {
+  template <class Tok>
+  __device__ void operator()(const BlockExec&, const cb::BwdArgs& A, const cb::ChunkTiles& s, const float* Tb,
+                             const float* Mb, const Tok& tok, float* ab_t, float* qb_t, float* kb_t) const {
+    constexpr int kC = cb::kC, NN = 4;
+    const int n = s.n, K = static_cast<int>(A.K), ld = static_cast<int>(s.ld);
+    const int warp = static_cast<int>(threadIdx.x >> 5), nw = static_cast<int>(blockDim.x >> 5);
+    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
+    const int groups = K / (8 * NN), nb = (n + 15) / 16;
+    // tasks: lower blocks I = 1..nb-1, then upper blocks J = 0..nb-2, each x channel groups
+    const int tasks = 2 * (nb - 1) * groups;
+    for (int task = warp; task < tasks; task += nw) {
+      const bool lower = task < (nb - 1) * groups;
+      const int tt = lower ? task : task - (nb - 1) * groups;
+      const int blk = lower ? 1 + tt / groups : tt / groups;
+      const int n0 = (tt % groups) * 8 * NN;
+      const int m0 = 16 * blk;
+      const int rref = lower ? m0 - 1 : m0 + 15;  // reference row (< n in both cases)
+      const float* Rg = s.G + rref * ld;
+      float acc[2][NN][4];
+#pragma unroll
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int j = 0; j < NN; ++j) acc[p][j][0] = acc[p][j][1] = acc[p][j][2] = acc[p][j][3] = 0.f;
+      if (lower) {
+        for (int J = 0; J < blk; ++J) {
+          uint32_t aT[4 * kNTB], aM[4 * kNTB];
+          const int k0 = 16 * J;
+          cb::tc::frag_a<kNTB>(aT, [&](int r, int j) { return r < n ? Tb[r * kC + j] : 0.f; }, m0, k0, g, t);
+          cb::tc::frag_a<kNTB>(aM, [&](int r, int j) { return r < n ? Mb[r * kC + j] : 0.f; }, m0, k0, g, t);
+#pragma unroll
+          for (int jj = 0; jj < NN; ++jj) {
+            uint32_t b[2 * kNTB];
+            cb::tc::frag_b<kNTB>(
+                b, [&](int j, int c) { return s.k[j * ld + c] * expf(Rg[c] - s.G[j * ld + c]); }, k0,
+                n0 + 8 * jj, g, t);
+            chunked::mma_split<kNTB, kNTB>(acc[0][jj], aT, b);
+            chunked::mma_split<kNTB, kNTB>(acc[1][jj], aM, b);
+          }
+        }
+      } else {
+        for (int I = blk + 1; I < nb; ++I) {
+          uint32_t aT[4 * kNTB], aM[4 * kNTB];
+          const int k0 = 16 * I;
+          cb::tc::frag_a<kNTB>(aT, [&](int j, int r) { return r < n ? Tb[r * kC + j] : 0.f; }, m0, k0, g, t);
+          cb::tc::frag_a<kNTB>(aM, [&](int j, int r) { return r < n ? Mb[r * kC + j] : 0.f; }, m0, k0, g, t);
+#pragma unroll
+          for (int jj = 0; jj < NN; ++jj) {
+            uint32_t b[2 * kNTB];
+            cb::tc::frag_b<kNTB>(
+                b, [&](int r, int c) { return r < n ? s.a[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; },
+                k0, n0 + 8 * jj, g, t);
+            chunked::mma_split<kNTB, kNTB>(acc[0][jj], aT, b);
+            cb::tc::frag_b<kNTB>(
+                b, [&](int r, int c) { return r < n ? s.q[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; },
+                k0, n0 + 8 * jj, g, t);
+            chunked::mma_split<kNTB, kNTB>(acc[0][jj], aM, b);
+          }
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < NN; ++jj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = m0 + g + (e >> 1) * 8, c = n0 + 8 * jj + 2 * t + (e & 1);
+          if (r >= n) continue;
+          const float x = lower ? expf(s.G[r * ld + c] - Rg[c]) : expf(Rg[c] - s.G[r * ld + c]);
+          if (lower) {
+            ab_t[tok(r) + c] = acc[0][jj][e] * x;
+            qb_t[tok(r) + c] = acc[1][jj][e] * x;
+          } else {
+            kb_t[tok(r) + c] = acc[0][jj][e] * x;
+          }
+        }
+    }
+  }
+};
+
 __global__ void __launch_bounds__(kThreadsBwd) bwd_chunk_kernel(const cb::BwdArgs A) {
+  extern __shared__ __align__(16) float sm_chunk[];
+  cb::chunk_block(BlockExec{}, A, blockIdx.x, blockIdx.y, sm_chunk, TcOffDiag{});
+}
+__global__ void __launch_bounds__(kThreadsBwd) bwd_chunk_scalar_kernel(const cb::BwdArgs A) {
   extern __shared__ __align__(16) float sm_chunk[];
   cb::chunk_block(BlockExec{}, A, blockIdx.x, blockIdx.y, sm_chunk);
 }
@@ -102,6 +417,10 @@ int mutant() {
 // Benchmark hook: QEDCHECK_CHUNKED_BWD_STOP=k returns after pass k (1 the recomputing forward,
 // 2 prep, 3 the reverse state sweep, 4 chunk, 5 token); the time of a pass is the difference of
 // neighbouring cuts (bench/bench_chunked.py --only bwdphases). The gradients are then incomplete.
+bool scalar_state() {
+  const char* s = std::getenv("QEDCHECK_CHUNKED_BWD_SCALAR");
+  return s && std::strcmp(s, "1") == 0;
+}
 int bwd_stop() {
   const char* s = std::getenv("QEDCHECK_CHUNKED_BWD_STOP");
   return s ? std::atoi(s) : 0;
@@ -305,18 +624,21 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
     // benchmark cut after the recomputing forward
   } else if (result.ok() && e == cudaSuccess && L.bound > 0 && items > 0) {
     const int64_t fp = cb::prep_smem_floats(pr.K), fc = cb::chunk_smem_floats(pr.K);
-    if ((e = set_smem(reinterpret_cast<const void*>(bwd_prep_kernel), fp)) == cudaSuccess) {
-      bwd_prep_kernel<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fp * 4, st>>>(A);
+    const auto prep_kern = scalar_state() ? bwd_prep_scalar_kernel : bwd_prep_kernel;
+    if ((e = set_smem(reinterpret_cast<const void*>(prep_kern), fp)) == cudaSuccess) {
+      prep_kern<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fp * 4, st>>>(A);
       e = cudaGetLastError();
     }
     const int64_t fs = cb::state_smem_floats(pr.K);
-    if (go(3) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(bwd_state_kernel), fs)) == cudaSuccess) {
-      bwd_state_kernel<<<dim3(static_cast<unsigned>(A.N), H, static_cast<unsigned>(L.n_vt)), kThreadsBwd,
-                         fs * 4, st>>>(A);
+    const auto state_kern = scalar_state() ? bwd_state_kernel : bwd_state_tc_kernel;
+    if (go(3) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(state_kern), fs)) == cudaSuccess) {
+      state_kern<<<dim3(static_cast<unsigned>(A.N), H, static_cast<unsigned>(L.n_vt)), kThreadsBwd, fs * 4,
+                   st>>>(A);
       e = cudaGetLastError();
     }
-    if (go(4) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(bwd_chunk_kernel), fc)) == cudaSuccess) {
-      bwd_chunk_kernel<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fc * 4, st>>>(A);
+    const auto chunk_kern = scalar_state() ? bwd_chunk_scalar_kernel : bwd_chunk_kernel;
+    if (go(4) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(chunk_kern), fc)) == cudaSuccess) {
+      chunk_kern<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fc * 4, st>>>(A);
       e = cudaGetLastError();
     }
     if (go(5) && e == cudaSuccess) {

@@ -292,14 +292,70 @@ QED_HD void stage_chunk(const Ex& ex, const BwdArgs& A, ChunkTiles& s) {
 
 // ---- A: state-independent chunk intermediates ----
 
-template <class Ex>
-QED_HD void prep_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, float* sm) {
+// z_j = w_j ⊙ v_j (gdn2, qed) or beta_j v_j, one element.
+QED_HD inline float z_value(const BwdArgs& A, const ChunkTiles& s, int j, int64_t v) {
+  const int64_t t = s.t0 + j;
+  const bool chan_bw = A.variant == kGdn2 || A.variant == kQed;
+  const float wv = chan_bw ? ld(A.w, s.brow, t, s.h, v) : ld(A.beta, s.brow, t, s.h, 0);
+  return wv * ld(A.v, s.brow, t, s.h, v);
+}
+
+// The last step of prep_block, W_a = L Ã and W_z = L Z into the blob, as scalar loops (the CPU
+// and the scalar GPU path; chunked_backward.cu has a tensor-core version). s.a holds Ã.
+struct ScalarPrepProducts {
+  template <class Ex>
+  QED_HD void operator()(const Ex& ex, const BwdArgs& A, const ChunkTiles& s, const float* Lm,
+                         const Blob& bl) const {
+    const int n = s.n;
+    const int64_t K = A.K, V = A.V;
+    ex.for_each(n * K, [&](int64_t i) {
+      const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
+      float acc = 0.f;
+      for (int j = 0; j <= r; ++j) acc = fmaf(Lm[r * kC + j], s.a[j * s.ld + c], acc);
+      bl.Wa[i] = acc;
+    });
+    ex.for_each(n * V, [&](int64_t i) {
+      const int r = static_cast<int>(i / V), v = static_cast<int>(i % V);
+      float acc = 0.f;
+      for (int j = 0; j <= r; ++j) acc = fmaf(Lm[r * kC + j], z_value(A, s, j, v), acc);
+      bl.Wz[i] = acc;
+    });
+  }
+};
+
+// The first step of prep_block: T (strictly lower, into Tm in shared memory) and M (lower with
+// the diagonal, into the blob), every entry of the n x n squares, with pairwise exponents <= 0.
+// Scalar loops (the CPU and QEDCHECK_CHUNKED_BWD_SCALAR=1; chunked_backward.cu has a tensor-core
+// version).
+struct ScalarPrepTM {
+  template <class Ex>
+  QED_HD void operator()(const Ex& ex, const BwdArgs& A, const ChunkTiles& s, float* Tm, const Blob& bl) const {
+    const int n = s.n;
+    const int64_t K = A.K;
+    ex.for_each(n * n, [&](int64_t i) {
+      const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
+      float tv = 0.f, mv = 0.f;
+      if (j <= r)
+        for (int c = 0; c < K; ++c) {
+          const float kd = s.k[j * s.ld + c] * expf(s.G[r * s.ld + c] - s.G[j * s.ld + c]);
+          tv = fmaf(s.a[r * s.ld + c], kd, tv);
+          mv = fmaf(s.q[r * s.ld + c], kd, mv);
+        }
+      Tm[r * kC + j] = j < r ? tv : 0.f;
+      bl.M[r * kC + j] = j <= r ? mv : 0.f;
+    });
+  }
+};
+
+template <class Ex, class Products = ScalarPrepProducts, class TM = ScalarPrepTM>
+QED_HD void prep_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, float* sm,
+                       const Products& products = Products{}, const TM& tm = TM{}) {
   int64_t seq = 0, loc = 0;
   if (!locate_chunk(A, gc, seq, loc)) return;
   const Span sp = seq_span(A, seq);
   const int64_t rem = sp.len - loc * kC;
   if (rem <= 0) return;
-  const int64_t K = A.K, V = A.V;
+  const int64_t K = A.K;
   ChunkTiles s;
   s.ld = tile_ld(K);
   s.q = sm;
@@ -316,19 +372,7 @@ QED_HD void prep_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, fl
   const int n = s.n;
   stage_chunk(ex, A, s);
   const Blob bl = blob_at(A, gc, h);
-  // T (strictly lower) and M (lower with the diagonal), pairwise exponents <= 0.
-  ex.for_each(n * n, [&](int64_t i) {
-    const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
-    float tv = 0.f, mv = 0.f;
-    if (j <= r)
-      for (int c = 0; c < K; ++c) {
-        const float kd = s.k[j * s.ld + c] * expf(s.G[r * s.ld + c] - s.G[j * s.ld + c]);
-        tv = fmaf(s.a[r * s.ld + c], kd, tv);
-        mv = fmaf(s.q[r * s.ld + c], kd, mv);
-      }
-    Tm[r * kC + j] = j < r ? tv : 0.f;
-    bl.M[r * kC + j] = j <= r ? mv : 0.f;
-  });
+  tm(ex, A, s, Tm, bl);
   ex.sync();
   // L = (I + T)^-1, one column per index: forward substitution down the column.
   ex.for_each(n, [&](int64_t col) {
@@ -348,30 +392,20 @@ QED_HD void prep_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, fl
     }
   });
   ex.sync();
-  // Ã = A⊙Γ, Q̃ = Q⊙Γ, K̂ = K⊙exp(G_n - G), γ_n; W_a = L Ã; W_z = L Z.
+  // Ã = A⊙Γ (also in place of a in shared memory), Q̃ = Q⊙Γ, K̂ = K⊙exp(G_n - G), γ_n.
   ex.for_each(n * K, [&](int64_t i) {
     const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
     const int64_t e = r * s.ld + c;
     const float gam = expf(s.G[e]);
-    bl.At[i] = s.a[e] * gam;
+    const float at = s.a[e] * gam;
+    bl.At[i] = at;
+    s.a[e] = at;
     bl.Qt[i] = s.q[e] * gam;
     bl.Kh[i] = s.k[e] * expf(s.G[(n - 1) * s.ld + c] - s.G[e]);
-    float acc = 0.f;
-    for (int j = 0; j <= r; ++j) acc = fmaf(Lm[r * kC + j], s.a[j * s.ld + c] * expf(s.G[j * s.ld + c]), acc);
-    bl.Wa[i] = acc;
   });
   ex.for_each(K, [&](int64_t c) { bl.gl[c] = expf(s.G[(n - 1) * s.ld + c]); });
-  const bool chan_bw = A.variant == kGdn2 || A.variant == kQed;
-  ex.for_each(n * V, [&](int64_t i) {
-    const int r = static_cast<int>(i / V), v = static_cast<int>(i % V);
-    float acc = 0.f;
-    for (int j = 0; j <= r; ++j) {
-      const int64_t t = s.t0 + j;
-      const float wv = chan_bw ? ld(A.w, s.brow, t, h, v) : ld(A.beta, s.brow, t, h, 0);
-      acc = fmaf(Lm[r * kC + j], wv * ld(A.v, s.brow, t, h, v), acc);
-    }
-    bl.Wz[i] = acc;
-  });
+  ex.sync();
+  products(ex, A, s, Lm, bl);
 }
 
 // ---- B: the reverse sweep over the chunks of one lane, one tile of value columns ----
@@ -498,8 +532,49 @@ QED_HD void state_block(const Ex& ex, const BwdArgs& A, int64_t seq, int64_t h, 
 
 // ---- C: through the decay factors (§6.2) and the decay gradient (§6.3) ----
 
-template <class Ex>
-QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, float* sm) {
+// §6.2's sums over the pairs (r, j) whose rows lie in different 16-row blocks, the part a GPU
+// can do as matrix products (chunked_backward.cu: tensor cores, with one reference row between
+// the blocks so that both decay factors are <= 1). For r in block I >= 1 and every c,
+//   ā°_r = Σ_{j < 16I} T̄_rj k_j E_rj,  q̄°_r = Σ_{j < 16I} M̄_rj k_j E_rj   (into ab, qb)
+// and for j in block J with 16(J+1) < n,
+//   k̄°_j = Σ_{r >= 16(J+1)} (T̄_rj a_r + M̄_rj q_r) E_rj                    (into kb)
+// with E_rj = exp(G_r - G_j). chunk_block adds the pairs inside a block. This version: scalar
+// loops with pairwise exponents (the CPU emulation and QEDCHECK_CHUNKED_BWD_SCALAR=1).
+struct ScalarOffDiag {
+  template <class Ex, class Tok>
+  QED_HD void operator()(const Ex& ex, const BwdArgs& A, const ChunkTiles& s, const float* Tb, const float* Mb,
+                         const Tok& tok, float* ab_t, float* qb_t, float* kb_t) const {
+    const int n = s.n;
+    const int64_t K = A.K;
+    ex.for_each(n * K, [&](int64_t i) {
+      const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
+      const int lo = r / 16 * 16, hi = lo + 16;
+      const float Gr = s.G[r * s.ld + c];
+      if (lo > 0) {
+        float ab = 0.f, qb = 0.f;
+        for (int j = 0; j < lo; ++j) {
+          const float kd = s.k[j * s.ld + c] * expf(Gr - s.G[j * s.ld + c]);
+          ab = fmaf(Tb[r * kC + j], kd, ab);
+          qb = fmaf(Mb[r * kC + j], kd, qb);
+        }
+        ab_t[tok(r) + c] = ab;
+        qb_t[tok(r) + c] = qb;
+      }
+      if (hi < n) {
+        float kb = 0.f;
+        for (int r2 = hi; r2 < n; ++r2) {
+          const float x = fmaf(Tb[r2 * kC + r], s.a[r2 * s.ld + c], Mb[r2 * kC + r] * s.q[r2 * s.ld + c]);
+          kb = fmaf(x, expf(s.G[r2 * s.ld + c] - Gr), kb);
+        }
+        kb_t[tok(r) + c] = kb;
+      }
+    });
+  }
+};
+
+template <class Ex, class OffDiag = ScalarOffDiag>
+QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, float* sm,
+                        const OffDiag& off_diag = OffDiag{}) {
   int64_t seq = 0, loc = 0;
   if (!locate_chunk(A, gc, seq, loc)) return;
   const Span sp = seq_span(A, seq);
@@ -557,16 +632,20 @@ QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, f
   // terms (their contributions q_r M̄_rr k_r and k_r M̄_rr q_r cancel exactly) and k̄° the K̂̄
   // term (handled with ρ below). What remains are products with decays exp(G_r - G_j), j < r,
   // and γ_r, so no O(1) terms cancel when the true ḡ is tiny (g = -20: ḡ ~ e^-20).
+  off_diag(ex, A, s, Tb, Mb, tok, abar_t, qbar_t, kbar_t);
+  ex.sync();
   ex.for_each(n * K, [&](int64_t i) {
     const int r = static_cast<int>(i / K), c = static_cast<int>(i % K);
     const float Gr = s.G[r * s.ld + c];
-    float ab = 0.f, qb = 0.f, kb = 0.f;
-    for (int j = 0; j < r; ++j) {  // row r: ā and q̄ from columns j < r
+    const int lo = r / 16 * 16, hi = lo + 16 < n ? lo + 16 : n;
+    float ab = lo > 0 ? abar_t[tok(r) + c] : 0.f, qb = lo > 0 ? qbar_t[tok(r) + c] : 0.f;
+    float kb = lo + 16 < n ? kbar_t[tok(r) + c] : 0.f;
+    for (int j = lo; j < r; ++j) {  // row r: ā and q̄ from columns j < r of its block
       const float kd = s.k[j * s.ld + c] * expf(Gr - s.G[j * s.ld + c]);
       ab = fmaf(Tb[r * kC + j], kd, ab);
       qb = fmaf(Mb[r * kC + j], kd, qb);
     }
-    for (int r2 = r + 1; r2 < n; ++r2) {  // column r: k̄ from rows r2 > r
+    for (int r2 = r + 1; r2 < hi; ++r2) {  // column r: k̄ from rows r2 > r of its block
       const float x = fmaf(Tb[r2 * kC + r], s.a[r2 * s.ld + c], Mb[r2 * kC + r] * s.q[r2 * s.ld + c]);
       kb = fmaf(x, expf(s.G[r2 * s.ld + c] - Gr), kb);
     }
