@@ -14,8 +14,12 @@
 // with twinbf16 = the same twin with every matmul operand rounded to bf16 (the README's default
 // rule for bf16 candidates): the kernel is fp32 except the forward's 16-bit chunk states.
 //
-// Speed: CUDA-core fp32 loops over shared and global memory; the tensor-core version (mma.sync
-// split-bf16 products as in the forward, fused passes, smaller workspace) is the next step.
+// Speed: the matrix products (the reverse state sweep, W_a and W_z, the off-diagonal blocks of T,
+// M and of §6.2's decay-factor sums) run on tensor cores as split-bf16 products with three terms
+// per operand (fp32-faithful, kernels/chunked_backward_mma.cuh); the diagonal 16 x 16 blocks with
+// their pairwise exponents, the forward substitution for L and the token VJPs stay on CUDA cores.
+// The passes still hand fp32 matrices through a large workspace (6.8 GB at [8,4096,16,128]);
+// fusing them is the next step.
 #include <cuda_runtime.h>
 
 #include <algorithm>
