@@ -112,8 +112,8 @@ struct TcPrepTM {
           cb::tc::frag_b<kNTB>(
               b, [&](int c, int j) { return s.k[j * ld + c] * expf(Rg[c] - s.G[j * ld + c]); }, k0, j0 + 8 * nt,
               g, t);
-          chunked::mma_split<kNTB, kNTB>(acc[0][nt], aA, b);
-          chunked::mma_split<kNTB, kNTB>(acc[1][nt], aQ, b);
+          cb::tc::step<kNTB>(acc[0][nt], aA, b);
+          cb::tc::step<kNTB>(acc[1][nt], aQ, b);
         }
       }
 #pragma unroll
@@ -332,8 +332,8 @@ struct TcOffDiag {
             cb::tc::frag_b<kNTB>(
                 b, [&](int j, int c) { return s.k[j * ld + c] * expf(Rg[c] - s.G[j * ld + c]); }, k0,
                 n0 + 8 * jj, g, t);
-            chunked::mma_split<kNTB, kNTB>(acc[0][jj], aT, b);
-            chunked::mma_split<kNTB, kNTB>(acc[1][jj], aM, b);
+            cb::tc::step<kNTB>(acc[0][jj], aT, b);
+            cb::tc::step<kNTB>(acc[1][jj], aM, b);
           }
         }
       } else {
@@ -348,11 +348,11 @@ struct TcOffDiag {
             cb::tc::frag_b<kNTB>(
                 b, [&](int r, int c) { return r < n ? s.a[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; },
                 k0, n0 + 8 * jj, g, t);
-            chunked::mma_split<kNTB, kNTB>(acc[0][jj], aT, b);
+            cb::tc::step<kNTB>(acc[0][jj], aT, b);
             cb::tc::frag_b<kNTB>(
                 b, [&](int r, int c) { return r < n ? s.q[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; },
                 k0, n0 + 8 * jj, g, t);
-            chunked::mma_split<kNTB, kNTB>(acc[0][jj], aM, b);
+            cb::tc::step<kNTB>(acc[0][jj], aM, b);
           }
         }
       }
