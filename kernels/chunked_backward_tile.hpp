@@ -162,7 +162,10 @@ QED_HD inline int64_t part_stride(const BwdArgs& A) { return part_floats(A.K); }
 QED_HD inline int64_t tile_ld(int64_t K) { return K + 1; }
 constexpr int kVP = kVT + 1;  // row stride of state_block's tiles
 QED_HD inline int64_t prep_smem_floats(int64_t K) { return 4 * kC * tile_ld(K) + 2 * kC * kC + kC; }
-QED_HD inline int64_t chunk_smem_floats(int64_t K) { return 4 * kC * tile_ld(K) + 2 * kC * kC + kC + K; }
+// chunk_block: q, k, a, G; T̄, M̄; coef, ρ; and Ḡ', K̂̄ [C][K] unpadded (read along rows).
+QED_HD inline int64_t chunk_smem_floats(int64_t K) {
+  return 4 * kC * tile_ld(K) + 2 * kC * kC + kC + K + 2 * kC * K;
+}
 QED_HD inline int64_t state_smem_floats(int64_t K) { return (3 * K + 4 * kC) * kVP; }
 constexpr int kReduceGroups = 256;
 QED_HD inline int64_t reduce_smem_floats() { return kReduceGroups; }
@@ -591,6 +594,8 @@ QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, f
   float* Mb = Tb + kC * kC;  // [C][C]
   s.coef = Mb + kC * kC;
   float* rho = s.coef + kC;  // [K]
+  float* Gs = rho + K;        // [C][K] Ḡ'_r, then its suffix sums
+  float* Kk = Gs + kC * K;    // [C][K] K̂̄ summed over the value tiles
   s.brow = sp.brow;
   s.t0 = sp.bos + loc * kC;
   s.h = h;
@@ -661,29 +666,31 @@ QED_HD void chunk_block(const Ex& ex, const BwdArgs& A, int64_t gc, int64_t h, f
     const float o = s.a[e] * ab + s.q[e] * qb - s.k[e] * kb;
     const float mrr = Mb[r * kC + r];
     float kfull = fmaf(mrr, s.q[e], kb);
-    if (A.mutant != kMutantNoKhatGrad) kfull = fmaf(khb(r, c), expf(s.G[(n - 1) * s.ld + c] - Gr), kfull);
+    const float kh = khb(r, c);
+    if (A.mutant != kMutantNoKhatGrad) kfull = fmaf(kh, expf(s.G[(n - 1) * s.ld + c] - Gr), kfull);
     abar_t[tok(r) + c] = ab;
     qbar_t[tok(r) + c] = fmaf(mrr, s.k[e], qb);
     kbar_t[tok(r) + c] = kfull;
-    gbar_t[tok(r) + c] = o;
+    Gs[r * K + c] = o;
+    Kk[r * K + c] = kh;
   });
   ex.sync();
   // §6.3: ḡ_i = ρ + Σ_{r>=i} Ḡ_r with ρ = rowsum(Ŝ'⊙S_[n+1]) and Ḡ_r ∋ −K̂_r⊙K̂̄_r. Since
   // S_[n+1] = Diag(γ_n) S_[n] + K̂ᵀU and K̂̄ = U Ŝ'ᵀ, ρ = γ_n⊙rowsum(Ŝ'⊙S_[n]) + Σ_j K̂_j⊙K̂̄_j, so
   //   ḡ_i = γ_n⊙ρ_S + Σ_{j<i} K̂_j⊙K̂̄_j + Σ_{r>=i} Ḡ'_r       (same value, no cancelling terms).
+  // (Shared memory, not the token arrays, carries the two sequential sums: a chain of dependent
+  // global reads and writes per channel cost more than the rest of the block.)
   ex.for_each(K, [&](int64_t c) {
     float acc = 0.f;
     for (int r = n - 1; r >= 0; --r) {  // suffix sums of Ḡ'
-      const int64_t o = tok(r) + c;
-      acc += gbar_t[o];
-      gbar_t[o] = acc;
+      acc += Gs[r * K + c];
+      Gs[r * K + c] = acc;
     }
     const float Gn = s.G[(n - 1) * s.ld + c];
     float pre = rho[c] * expf(Gn);
     for (int r = 0; r < n; ++r) {
-      const int64_t o = tok(r) + c;
-      gbar_t[o] += pre;
-      pre = fmaf(s.k[r * s.ld + c] * expf(Gn - s.G[r * s.ld + c]), khb(r, c), pre);
+      gbar_t[tok(r) + c] = Gs[r * K + c] + pre;
+      pre = fmaf(s.k[r * s.ld + c] * expf(Gn - s.G[r * s.ld + c]), Kk[r * K + c], pre);
     }
   });
 }
