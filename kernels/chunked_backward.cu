@@ -129,16 +129,7 @@ struct TcPrepTM {
     // Diagonal blocks (pairwise exponents) and the zeros above them.
     ex.for_each(n * n, [&](int64_t i) {
       const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
-      if (j / 16 < r / 16) return;  // below the diagonal blocks: the products above
-      float tv = 0.f, mv = 0.f;
-      if (j <= r)
-        for (int c = 0; c < K; ++c) {
-          const float kd = s.k[j * ld + c] * expf(s.G[r * ld + c] - s.G[j * ld + c]);
-          tv = fmaf(s.a[r * ld + c], kd, tv);
-          mv = fmaf(s.q[r * ld + c], kd, mv);
-        }
-      Tm[r * kC + j] = j < r ? tv : 0.f;
-      bl.M[r * kC + j] = j <= r ? mv : 0.f;
+      if (j / 16 >= r / 16) cb::tm_entry(s, K, r, j, Tm, bl);  // below them: the products above
     });
   }
 };
@@ -421,7 +412,7 @@ int mutant() {
 // Benchmark hook: QEDCHECK_CHUNKED_BWD_STOP=k returns after pass k (1 the recomputing forward,
 // 2 prep, 3 the reverse state sweep, 4 chunk, 5 token); the time of a pass is the difference of
 // neighbouring cuts (bench/bench_chunked.py --only bwdphases). The gradients are then incomplete.
-bool scalar_state() {
+bool scalar_blocks() {
   const char* s = std::getenv("QEDCHECK_CHUNKED_BWD_SCALAR");
   return s && std::strcmp(s, "1") == 0;
 }
@@ -628,19 +619,19 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
     // benchmark cut after the recomputing forward
   } else if (result.ok() && e == cudaSuccess && L.bound > 0 && items > 0) {
     const int64_t fp = cb::prep_smem_floats(pr.K), fc = cb::chunk_smem_floats(pr.K);
-    const auto prep_kern = scalar_state() ? bwd_prep_scalar_kernel : bwd_prep_kernel;
+    const auto prep_kern = scalar_blocks() ? bwd_prep_scalar_kernel : bwd_prep_kernel;
     if ((e = set_smem(reinterpret_cast<const void*>(prep_kern), fp)) == cudaSuccess) {
       prep_kern<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fp * 4, st>>>(A);
       e = cudaGetLastError();
     }
     const int64_t fs = cb::state_smem_floats(pr.K);
-    const auto state_kern = scalar_state() ? bwd_state_kernel : bwd_state_tc_kernel;
+    const auto state_kern = scalar_blocks() ? bwd_state_kernel : bwd_state_tc_kernel;
     if (go(3) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(state_kern), fs)) == cudaSuccess) {
       state_kern<<<dim3(static_cast<unsigned>(A.N), H, static_cast<unsigned>(L.n_vt)), kThreadsBwd, fs * 4,
                    st>>>(A);
       e = cudaGetLastError();
     }
-    const auto chunk_kern = scalar_state() ? bwd_chunk_scalar_kernel : bwd_chunk_kernel;
+    const auto chunk_kern = scalar_blocks() ? bwd_chunk_scalar_kernel : bwd_chunk_kernel;
     if (go(4) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(chunk_kern), fc)) == cudaSuccess) {
       chunk_kern<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fc * 4, st>>>(A);
       e = cudaGetLastError();

@@ -330,22 +330,24 @@ struct ScalarPrepProducts {
 // the diagonal, into the blob), every entry of the n x n squares, with pairwise exponents <= 0.
 // Scalar loops (the CPU and QEDCHECK_CHUNKED_BWD_SCALAR=1; chunked_backward.cu has a tensor-core
 // version).
+// One entry (r, j) of T and M with pairwise exponents (zero above the diagonal).
+QED_HD inline void tm_entry(const ChunkTiles& s, int64_t K, int r, int j, float* Tm, const Blob& bl) {
+  float tv = 0.f, mv = 0.f;
+  if (j <= r)
+    for (int c = 0; c < K; ++c) {
+      const float kd = s.k[j * s.ld + c] * expf(s.G[r * s.ld + c] - s.G[j * s.ld + c]);
+      tv = fmaf(s.a[r * s.ld + c], kd, tv);
+      mv = fmaf(s.q[r * s.ld + c], kd, mv);
+    }
+  Tm[r * kC + j] = j < r ? tv : 0.f;
+  bl.M[r * kC + j] = j <= r ? mv : 0.f;
+}
 struct ScalarPrepTM {
   template <class Ex>
   QED_HD void operator()(const Ex& ex, const BwdArgs& A, const ChunkTiles& s, float* Tm, const Blob& bl) const {
     const int n = s.n;
-    const int64_t K = A.K;
     ex.for_each(n * n, [&](int64_t i) {
-      const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
-      float tv = 0.f, mv = 0.f;
-      if (j <= r)
-        for (int c = 0; c < K; ++c) {
-          const float kd = s.k[j * s.ld + c] * expf(s.G[r * s.ld + c] - s.G[j * s.ld + c]);
-          tv = fmaf(s.a[r * s.ld + c], kd, tv);
-          mv = fmaf(s.q[r * s.ld + c], kd, mv);
-        }
-      Tm[r * kC + j] = j < r ? tv : 0.f;
-      bl.M[r * kC + j] = j <= r ? mv : 0.f;
+      tm_entry(s, A.K, static_cast<int>(i / n), static_cast<int>(i % n), Tm, bl);
     });
   }
 };
