@@ -21,7 +21,10 @@
 //     variant mapping.
 //  E. head_reduce_block: dlambda and dr summed over tokens in a fixed order.
 // Arithmetic is fp32 with explicit fmaf; there are no atomics, so results are bitwise
-// reproducible. Mutant switches (BwdArgs::mutant) drop one term each, for the tests.
+// reproducible. The GPU swaps in tensor-core versions of the plain matrix products through the
+// hooks of prep_block (ScalarPrepTM, ScalarPrepProducts) and chunk_block (ScalarOffDiag), and of
+// the whole of state_block (chunked_backward.cu); these loops stay the reference the CPU test runs.
+// Mutant switches (BwdArgs::mutant) drop one term each, for the tests.
 #pragma once
 
 #include <math.h>
@@ -326,10 +329,6 @@ struct ScalarPrepProducts {
   }
 };
 
-// The first step of prep_block: T (strictly lower, into Tm in shared memory) and M (lower with
-// the diagonal, into the blob), every entry of the n x n squares, with pairwise exponents <= 0.
-// Scalar loops (the CPU and QEDCHECK_CHUNKED_BWD_SCALAR=1; chunked_backward.cu has a tensor-core
-// version).
 // One entry (r, j) of T and M with pairwise exponents (zero above the diagonal).
 QED_HD inline void tm_entry(const ChunkTiles& s, int64_t K, int r, int j, float* Tm, const Blob& bl) {
   float tv = 0.f, mv = 0.f;
@@ -342,6 +341,10 @@ QED_HD inline void tm_entry(const ChunkTiles& s, int64_t K, int r, int j, float*
   Tm[r * kC + j] = j < r ? tv : 0.f;
   bl.M[r * kC + j] = j <= r ? mv : 0.f;
 }
+// The first step of prep_block: T (strictly lower, into Tm in shared memory) and M (lower with
+// the diagonal, into the blob), every entry of the n x n squares, with pairwise exponents <= 0.
+// Scalar loops (the CPU and QEDCHECK_CHUNKED_BWD_SCALAR=1; chunked_backward.cu has a tensor-core
+// version).
 struct ScalarPrepTM {
   template <class Ex>
   QED_HD void operator()(const Ex& ex, const BwdArgs& A, const ChunkTiles& s, float* Tm, const Blob& bl) const {
