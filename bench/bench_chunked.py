@@ -8,11 +8,12 @@ bf16 inputs, in one process:
      float64 on the same bf16 inputs, ours vs peer;
   3. timings (CUDA events, warm-up, median): ours GDN-2 and QED (full, lambda = 1), each pass
      alone, value-tile widths, the peer, and the memory floor from a measured copy bandwidth;
-  4. backward (chunked_backward, first version: fp32 CUDA cores): gradients of every variant
+  4. backward (chunked_backward; tensor-core products since run 6): gradients of every variant
      against float64 autograd through the recurrence, and forward+backward timings side by side
      with the peer's chunk_gdn2 forward+backward (autograd);
   5. (only when asked: --only phases) the prep pass cut after each of its phases, each phase
-     timed by difference; (--only bwdphases) the backward cut after each of its passes.
+     timed by difference; (--only bwdphases) the backward cut after each of its passes;
+     (--only bwdpeer) our gradients and the peer's side by side against float64 autograd.
 Writes chunked_forward.md and .json into --out; prints the tables last.
 
 python3 bench/bench_chunked.py --lib-dir BUILD (or --lib BUILD/libchunked_capi.so) --out $OUT [--quick] [--skip-peer]
@@ -565,6 +566,31 @@ def backward_check(lib, log):
     return rows
 
 
+def backward_vs_peer(lib, log):
+    """Issue 7's side-by-side accuracy check: our gradients and chunk_gdn2's, both against float64
+    autograd through the recurrence on the same bf16 inputs (gdn2, B=1, T=512, H=2, K=V=128,
+    regimes std, mixed, hard, hard_corr). relF per gradient; ours must not be worse."""
+    rows = []
+    for i, regime in enumerate(("std", "mixed", "hard", "hard_corr")):
+        x = make_inputs(1, 512, 2, 128, 128, "gdn2", "none", regime, torch.bfloat16, seed=300 + i)
+        do = torch.randn(1, 512, 2, 128, device=DEV).to(torch.bfloat16)
+        ours = lib.backward(x, do)
+        leaves = peer_fwd_bwd(x, do)
+        torch.cuda.synchronize()
+        names = ("q", "k", "v", "g", "b", "w")
+        xd = dict(x)
+        ref_leaves = {n: x[n].detach().double().requires_grad_(True) for n in names}
+        xd.update(ref_leaves)
+        o, _ = ref_recurrent(xd)
+        ref = dict(zip(names, torch.autograd.grad((o * do.double()).sum(), [ref_leaves[n] for n in names])))
+        for n, leaf in zip(names, leaves):
+            row = {"regime": regime, "grad": "d" + n, "ours": relF(ours["d" + n], ref[n]),
+                   "peer": relF(leaf.grad, ref[n])}
+            rows.append(row)
+            log("[bwd vs peer] " + json.dumps(row))
+    return rows
+
+
 def peer_fwd_bwd(x, do):
     from fla.ops.gdn2 import chunk_gdn2
     leaves = [x[n].detach().clone().requires_grad_(True) for n in ("q", "k", "v", "g", "b", "w")]
@@ -687,6 +713,11 @@ def main():
             res["bwdtiming"] = timings_backward(lib, log, args.quick, have_peer)
         except Exception as e:  # noqa: BLE001
             log(f"[bwdtiming] FAILED: {e!r}")
+    if "bwdpeer" in only and have_peer:
+        try:
+            res["bwdpeer"] = backward_vs_peer(lib, log)
+        except Exception as e:  # noqa: BLE001
+            log(f"[bwdpeer] FAILED: {e!r}")
     if "bwdphases" in only:
         try:
             res["bwdphases"] = backward_phases(lib, log)
@@ -724,11 +755,18 @@ def main():
               [[r["shape"], f"{r['prep_ms']:.3f}", f"{r['prep_4w_ms']:.3f}",
                 f"{r['state_mt1_ms']:.3f}/{r['state_mt2_ms']:.3f}/{r['state_mt4_ms']:.3f}"] for r in res["timing"]])
     if res.get("bwdtiming"):
-        table(["shape", "ours fwd ms", "ours bwd ms", "ours fwd+bwd ms", "ours qed fwd+bwd ms", "peer fwd+bwd ms",
-               "peer/ours", "workspace GB"],
-              [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}", f"{r['ours_fwdbwd_ms']:.3f}",
-                f"{r['ours_qed_fwdbwd_ms']:.3f}", f"{r.get('peer_fwdbwd_ms', nan):.3f}",
-                f"{r.get('peer_over_ours', nan):.2f}x", f"{r['ws_gb']:.2f}"] for r in res["bwdtiming"]])
+        # Whole forward + backward against the peer's, then our two halves alone (no peer column:
+        # the peer's time is only comparable with a whole step).
+        table(["shape", "ours fwd+bwd ms", "ours qed fwd+bwd ms", "peer fwd+bwd ms", "peer/ours", "workspace GB"],
+              [[r["shape"], f"{r['ours_fwdbwd_ms']:.3f}", f"{r['ours_qed_fwdbwd_ms']:.3f}",
+                f"{r.get('peer_fwdbwd_ms', nan):.3f}", f"{r.get('peer_over_ours', nan):.2f}x", f"{r['ws_gb']:.2f}"]
+               for r in res["bwdtiming"]])
+        table(["shape", "ours fwd ms", "ours bwd ms"],
+              [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}"] for r in res["bwdtiming"]])
+    if res.get("bwdpeer"):
+        table(["regime (gdn2, T=512, K=V=128, bf16)", "gradient", "ours relF", "peer relF", "peer / ours"],
+              [[r["regime"], r["grad"], f"{r['ours']:.2e}", f"{r['peer']:.2e}", f"{r['peer'] / max(r['ours'], 1e-30):.0f}x"]
+               for r in res["bwdpeer"]])
     if res.get("bwdphases"):
         table(["backward cut after pass ([8,4096,16,128] bf16)", "cumulative ms", "pass ms"],
               [[f"{r['pass']} {r['name']}", f"{r['cum_ms']:.3f}", f"{r['pass_ms']:.3f}"] for r in res["bwdphases"]])
