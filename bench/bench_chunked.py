@@ -536,6 +536,18 @@ def prep_phases(lib, log):
 
 # ---------------------------------------------------------------- backward
 
+def ref_grads(x, do, names, dht=None):
+    """float64 autograd through ref_recurrent of the loss <o, do> (+ <ht, dht>): {name: gradient}."""
+    xd = dict(x)
+    leaves = {n: x[n].detach().double().requires_grad_(True) for n in names}
+    xd.update(leaves)
+    o, ht = ref_recurrent(xd)
+    loss = (o * do.double()).sum()
+    if dht is not None:
+        loss = loss + (ht * dht.double()).sum()
+    return dict(zip(names, torch.autograd.grad(loss, [leaves[n] for n in names])))
+
+
 def backward_check(lib, log):
     """Our gradients against float64 autograd through ref_recurrent, every variant (small T)."""
     rows = []
@@ -548,14 +560,7 @@ def backward_check(lib, log):
             dht = torch.randn(1, 2, 64, 64, device=DEV)
             gr = lib.backward(x, do, dht)
             names = [n for n in ("q", "k", "v", "g", "b", "w", "beta", "lam", "r", "h0") if x.get(n) is not None]
-            xd = dict(x)
-            leaves = {}
-            for n in names:
-                leaves[n] = x[n].detach().double().requires_grad_(True)
-                xd[n] = leaves[n]
-            o, ht = ref_recurrent(xd)
-            loss = (o * do.double()).sum() + (ht * dht.double()).sum()
-            ref = dict(zip(names, torch.autograd.grad(loss, [leaves[n] for n in names])))
+            ref = ref_grads(x, do, names, dht)
             errs = {}
             for n in names:
                 key = "dlambda" if n == "lam" else "d" + n
@@ -578,11 +583,7 @@ def backward_vs_peer(lib, log):
         leaves = peer_fwd_bwd(x, do)
         torch.cuda.synchronize()
         names = ("q", "k", "v", "g", "b", "w")
-        xd = dict(x)
-        ref_leaves = {n: x[n].detach().double().requires_grad_(True) for n in names}
-        xd.update(ref_leaves)
-        o, _ = ref_recurrent(xd)
-        ref = dict(zip(names, torch.autograd.grad((o * do.double()).sum(), [ref_leaves[n] for n in names])))
+        ref = ref_grads(x, do, names)
         for n, leaf in zip(names, leaves):
             row = {"regime": regime, "grad": "d" + n, "ours": relF(ours["d" + n], ref[n]),
                    "peer": relF(leaf.grad, ref[n])}
