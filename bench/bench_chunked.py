@@ -482,14 +482,22 @@ def timings(lib, log, quick, have_peer, bw):
         row["ours_gdn2_4w_ms"] = time_ms(run)[0]
         del os.environ["QEDCHECK_CHUNKED_PREP_WARPS"]
         os.environ["QEDCHECK_CHUNKED_ONLY"] = "state"
-        for mt in (1, 2, 4):
-            os.environ["QEDCHECK_CHUNKED_MT"] = str(mt)
-            row[f"state_mt{mt}_ms"] = time_ms(run)[0]
+        for warps in ("8", "4"):  # the state pass on 8 (the default at K = 128) and 4 warps per block
+            os.environ["QEDCHECK_CHUNKED_STATE_WARPS"] = warps
+            for mt in (1, 2, 4):
+                os.environ["QEDCHECK_CHUNKED_MT"] = str(mt)
+                row[f"state{'' if warps == '8' else '4'}_mt{mt}_ms"] = time_ms(run)[0]
         del os.environ["QEDCHECK_CHUNKED_MT"]
         del os.environ["QEDCHECK_CHUNKED_ONLY"]
+        del os.environ["QEDCHECK_CHUNKED_STATE_WARPS"]
         xq = dict(x)
         xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
         row["ours_qed_ms"] = time_ms(lib.prepare(xq, o, ht))[0]
+        for warps in ("4", "8"):  # whole forwards with either state pass (its default tile width)
+            os.environ["QEDCHECK_CHUNKED_STATE_WARPS"] = warps
+            row[f"ours_gdn2_s{warps}_ms"] = time_ms(run)[0]
+            row[f"ours_qed_s{warps}_ms"] = time_ms(lib.prepare(xq, o, ht))[0]
+        del os.environ["QEDCHECK_CHUNKED_STATE_WARPS"]
         os.environ["QEDCHECK_CHUNKED_MUTANT"] = "single"
         row["ours_single_ms"] = time_ms(lib.prepare(x, o, ht))[0]
         del os.environ["QEDCHECK_CHUNKED_MUTANT"]
@@ -755,6 +763,13 @@ def main():
         table(["shape", "prep pass ms", "prep pass, 4 warps ms", "state pass mt1/2/4 ms"],
               [[r["shape"], f"{r['prep_ms']:.3f}", f"{r['prep_4w_ms']:.3f}",
                 f"{r['state_mt1_ms']:.3f}/{r['state_mt2_ms']:.3f}/{r['state_mt4_ms']:.3f}"] for r in res["timing"]])
+        # The state pass on 4 and 8 warps per block: whole forwards at the default tile width, and
+        # the four-warp pass alone at each width (the table above has the default, eight warps).
+        table(["shape", "ours gdn2, state 4 warps ms", "ours gdn2, state 8 warps ms", "ours qed, state 4 warps ms",
+               "ours qed, state 8 warps ms", "state pass 4 warps mt1/2/4 ms"],
+              [[r["shape"], f"{r['ours_gdn2_s4_ms']:.3f}", f"{r['ours_gdn2_s8_ms']:.3f}", f"{r['ours_qed_s4_ms']:.3f}",
+                f"{r['ours_qed_s8_ms']:.3f}",
+                f"{r['state4_mt1_ms']:.3f}/{r['state4_mt2_ms']:.3f}/{r['state4_mt4_ms']:.3f}"] for r in res["timing"]])
     if res.get("bwdtiming"):
         # Whole forward + backward against the peer's, then our two halves alone (no peer column:
         # the peer's time is only comparable with a whole step).

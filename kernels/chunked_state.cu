@@ -1,27 +1,47 @@
 // Sequential pass of the chunked forward (MATH.md (4.3)-(4.5)): one block per (sequence, head,
 // tile of 16*MT value columns) walks the chunks in order, carrying Sᵀ in fp32 registers:
 //   Uᵀ = W_zᵀ - Sᵀ W_aᵀ,  Oᵀ = s (Sᵀ Q̃ᵀ + Uᵀ Mᵀ),  S'ᵀ = Sᵀ Diag(γ_C) + Uᵀ K̂.
-// Warp w owns chunk rows 16w.. for U and O, and key channels wK/4.. of the state; the split-bf16
+// With NW warps (8 at K = 128, 4 at K = 64), warp w owns chunk rows 64w/NW.. for U and O and key
+// channels wK/NW.. of the state (WarpShare); the split-bf16
 // copies of Sᵀ and Uᵀ pass between warps through shared memory (two barriers per chunk). The
 // workspace fragments stream in with cp.async, one phase ahead of their use.
+#include <cstdlib>
+
 #include "kernels/chunked_common.cuh"
 
 namespace qed::kernels::chunked {
 namespace {
 
-template <int K, int MT, int NT, int NTQ>
+// Per-warp shares of the work for NW warps (4, or 8 at K = 128): chunk rows 64/NW from row block
+// RB (16 rows) and its n-tile NT0 (RT n-tiles of 8 rows), and key channels K/NW of the blob's
+// channel quarter QS (K/4 channels) from its n-tile NQ0 (NNW n-tiles of 8 channels).
+template <int K, int NW>
+struct WarpShare {
+  static constexpr int RT = 8 / NW;         // row n-tiles per warp (2 or 1)
+  static constexpr int KW = K / NW;         // key channels per warp
+  static constexpr int NNW = KW / 8;        // channel n-tiles per warp
+  static constexpr int NQ4 = K / 32;        // channel n-tiles per blob quarter
+  static_assert(NW == 4 || (NW == 8 && K == 128), "state pass: 4 warps, or 8 at K = 128");
+  __device__ static int rb(int warp) { return warp * RT / 2; }
+  __device__ static int nt0(int warp) { return (warp * RT) % 2; }
+  __device__ static int qs(int warp) { return warp * KW / (K / 4); }
+  __device__ static int nq0(int warp) { return (warp * KW) % (K / 4) / 8; }
+};
+
+template <int K, int MT, int NT, int NTQ, int NW>
 struct StateSizes {
-  static constexpr int aWA = (K / 16) * 2 * 32 * NT * 8;
-  static constexpr int aQT = (K / 16) * 2 * 32 * NTQ * 8;
-  static constexpr int aWZ = MT * 2 * 32 * 16;
+  using Sh = WarpShare<K, NW>;
+  static constexpr int aWA = (K / 16) * Sh::RT * 32 * NT * 8;
+  static constexpr int aQT = (K / 16) * Sh::RT * 32 * NTQ * 8;
+  static constexpr int aWZ = MT * Sh::RT * 32 * 16;
   static constexpr int bufA = aWA + aQT + aWZ;
-  static constexpr int bKH = 4 * (K / 32) * 32 * NT * 8;
-  static constexpr int bMM = 4 * 2 * 32 * NTQ * 8;
-  static constexpr int bGC = K;  // K/4 floats
+  static constexpr int bKH = 4 * Sh::NNW * 32 * NT * 8;
+  static constexpr int bMM = 4 * Sh::RT * 32 * NTQ * 8;
+  static constexpr int bGC = Sh::KW * 4;
   static constexpr int bufB = bKH + bMM + bGC;
   static constexpr int sbuf = MT * (K / 16) * NT * 32 * 16;
   static constexpr int ubuf = MT * 4 * NT * 32 * 16;
-  static constexpr int total = 4 * bufA + 4 * bufB + sbuf + ubuf;
+  static constexpr int total = NW * bufA + NW * bufB + sbuf + ubuf;
 };
 
 __device__ __forceinline__ void store_out(const Args& A, int64_t idx, float x) {
@@ -41,13 +61,26 @@ __device__ __forceinline__ void load_b(const char* p, uint32_t* b) {
   }
 }
 
-template <int K, int MT, int NT, int NTQ>
-__global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
+// One warp copies `count` segments of `seg` bytes, `stride` bytes apart in global memory, to
+// consecutive places in shared memory (one contiguous copy when seg == stride).
+__device__ __forceinline__ void warp_copy_segs(char* dst, const char* src, int count, int seg, int stride, int lane) {
+  if (seg == stride) {
+    warp_copy(dst, src, count * seg, lane);
+    return;
+  }
+  for (int c = 0; c < count; ++c) warp_copy(dst + c * seg, src + c * stride, seg, lane);
+}
+
+template <int K, int MT, int NT, int NTQ, int NW>
+__global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
   using Lw = WsLayout<K, NT, NTQ>;
-  using Z = StateSizes<K, MT, NT, NTQ>;
-  constexpr int KW = K / 4, NKB = K / 16, NN = KW / 8;
+  using Z = StateSizes<K, MT, NT, NTQ, NW>;
+  using Sh = WarpShare<K, NW>;
+  constexpr int KW = Sh::KW, NKB = K / 16, NN = Sh::NNW, RT = Sh::RT;
+  constexpr int FB = 32 * NT * 8, FQ = 32 * NTQ * 8;  // bytes of one B-fragment slot row (32 lanes)
   extern __shared__ __align__(16) unsigned char sm[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int rb = Sh::rb(warp), nt0 = Sh::nt0(warp), qs = Sh::qs(warp), nq0 = Sh::nq0(warp);
   const int64_t seq = blockIdx.x, h = blockIdx.y;
   const int vt = blockIdx.z, v0 = vt * 16 * MT;
   const Span sp = seq_span(A, seq);
@@ -56,25 +89,28 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
   if (c0 + nch > A.chunk_bound) nch = A.chunk_bound - c0 > 0 ? A.chunk_bound - c0 : 0;
 
   char* bufA = reinterpret_cast<char*>(sm) + warp * Z::bufA;
-  char* bufB = reinterpret_cast<char*>(sm) + 4 * Z::bufA + warp * Z::bufB;
-  uint4* Sbuf = reinterpret_cast<uint4*>(sm + 4 * Z::bufA + 4 * Z::bufB);
-  uint4* Ubuf = reinterpret_cast<uint4*>(sm + 4 * Z::bufA + 4 * Z::bufB + Z::sbuf);
+  char* bufB = reinterpret_cast<char*>(sm) + NW * Z::bufA + warp * Z::bufB;
+  uint4* Sbuf = reinterpret_cast<uint4*>(sm + NW * Z::bufA + NW * Z::bufB);
+  uint4* Ubuf = reinterpret_cast<uint4*>(sm + NW * Z::bufA + NW * Z::bufB + Z::sbuf);
 
+  // This warp's fragments of the blob (layouts in chunked_common.cuh): -W_aᵀ and Q̃ᵀ slots
+  // [rb][kb][nt0..][lane], W_zᵀ tiles [vb][rb][nt0..][lane]; K̂ slots [qs][kb][nq0..][lane],
+  // Mᵀ slots [rb][kb <= rb][nt0..][lane], and the decay of its channels.
   auto loadA = [&](int64_t ci) {
     const char* bl = blob_ptr(A, c0 + ci, h);
-    warp_copy(bufA, bl + Lw::kWA + warp * Z::aWA, Z::aWA, lane);
-    warp_copy(bufA + Z::aWA, bl + Lw::kQT + warp * Z::aQT, Z::aQT, lane);
+    warp_copy_segs(bufA, bl + Lw::kWA + (rb * NKB * 2 + nt0) * FB, NKB, RT * FB, 2 * FB, lane);
+    warp_copy_segs(bufA + Z::aWA, bl + Lw::kQT + (rb * NKB * 2 + nt0) * FQ, NKB, RT * FQ, 2 * FQ, lane);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       const int vb = vt * MT + m;
-      warp_copy(bufA + Z::aWA + Z::aQT + m * 1024, bl + Lw::kWZ + (vb * 4 + warp) * 1024, 1024,
+      warp_copy(bufA + Z::aWA + Z::aQT + m * RT * 512, bl + Lw::kWZ + ((vb * 4 + rb) * 2 + nt0) * 512, RT * 512,
                 lane);
     }
   };
   auto loadB = [&](int64_t ci) {
     const char* bl = blob_ptr(A, c0 + ci, h);
-    warp_copy(bufB, bl + Lw::kKH + warp * Z::bKH, Z::bKH, lane);
-    warp_copy(bufB + Z::bKH, bl + Lw::kMM + warp * Z::bMM, (warp + 1) * 2 * 32 * NTQ * 8, lane);
+    warp_copy_segs(bufB, bl + Lw::kKH + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB, Sh::NQ4 * FB, lane);
+    warp_copy_segs(bufB + Z::bKH, bl + Lw::kMM + (rb * 4 * 2 + nt0) * FQ, rb + 1, RT * FQ, 2 * FQ, lane);
     warp_copy(bufB + Z::bKH + Z::bMM, bl + Lw::kGC + warp * KW * 4, KW * 4, lane);
   };
   // Element (e) of state tile (m, n): value column v, key channel ch.
@@ -130,20 +166,20 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
     cp_wait<1>();
     __syncwarp();
 
-    // ---- phase A: Uᵀ and Sᵀ Q̃ᵀ for chunk rows 16w..16w+15 ----
+    // ---- phase A: Uᵀ and Sᵀ Q̃ᵀ for this warp's chunk rows ----
     // Two accumulator sets (even and odd key blocks) halve the dependent mma chains when the
     // registers allow it.
-    constexpr int NC = MT <= 2 ? 2 : 1;
-    float accU[NC][MT][2][4], accP[NC][MT][2][4];
-    float (&aU0)[MT][2][4] = accU[0];
-    float (&aP0)[MT][2][4] = accP[0];
+    constexpr int NC = MT <= 2 ? 2 : 1;  // a function of MT alone: 4 and 8 warps agree bitwise
+    float accU[NC][MT][RT][4], accP[NC][MT][RT][4];
+    float (&aU0)[MT][RT][4] = accU[0];
+    float (&aP0)[MT][RT][4] = accP[0];
     {
       const float4* wz = reinterpret_cast<const float4*>(bufA + Z::aWA + Z::aQT);
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const float4 z = wz[(m * 2 + nt) * 32 + lane];
+        for (int nt = 0; nt < RT; ++nt) {
+          const float4 z = wz[(m * RT + nt) * 32 + lane];
           aU0[m][nt][0] = z.x;
           aU0[m][nt][1] = z.y;
           aU0[m][nt][2] = z.z;
@@ -169,8 +205,8 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
             aS[m][4 * i + 3] = x.w;
           }
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int slot = (kb * 2 + nt) * 32 + lane;
+        for (int nt = 0; nt < RT; ++nt) {
+          const int slot = (kb * RT + nt) * 32 + lane;
           uint32_t bw[NT * 2], bq[NTQ * 2];
           load_b<NT>(bufA + slot * NT * 8, bw);
           load_b<NTQ>(bufA + Z::aWA + slot * NTQ * 8, bq);
@@ -186,22 +222,25 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
+          for (int nt = 0; nt < RT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               aU0[m][nt][e] += accU[c][m][nt][e];
               aP0[m][nt][e] += accP[c][m][nt][e];
             }
+      // Uᵀ as the A operand of phase B (k: chunk rows): one uint4 per 16-row block holds the two
+      // n-tiles' halves; with one n-tile per warp, each warp writes its half (a uint2).
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        uint32_t r0[NT], r1[NT], r2[NT], r3[NT];
-        split2<NT>(aU0[m][0][0], aU0[m][0][1], r0);
-        split2<NT>(aU0[m][0][2], aU0[m][0][3], r1);
-        split2<NT>(aU0[m][1][0], aU0[m][1][1], r2);
-        split2<NT>(aU0[m][1][2], aU0[m][1][3], r3);
 #pragma unroll
-        for (int i = 0; i < NT; ++i)
-          Ubuf[((m * 4 + warp) * NT + i) * 32 + lane] = make_uint4(r0[i], r1[i], r2[i], r3[i]);
+        for (int nt = 0; nt < RT; ++nt) {
+          uint32_t r0[NT], r1[NT];
+          split2<NT>(aU0[m][nt][0], aU0[m][nt][1], r0);
+          split2<NT>(aU0[m][nt][2], aU0[m][nt][3], r1);
+#pragma unroll
+          for (int i = 0; i < NT; ++i)
+            reinterpret_cast<uint2*>(Ubuf)[(((m * 4 + rb) * NT + i) * 32 + lane) * 2 + nt0 + nt] = make_uint2(r0[i], r1[i]);
+        }
       }
     }
     __syncthreads();
@@ -210,7 +249,7 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
     cp_wait<1>();
     __syncwarp();
 
-    // ---- phase B: state update of channels wK/4.., and the read-out of rows 16w.. ----
+    // ---- phase B: state update of this warp's channels, and the read-out of its rows ----
     {
       const float* gcs = reinterpret_cast<const float*>(bufB + Z::bKH + Z::bMM);
 #pragma unroll
@@ -244,11 +283,11 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
 #pragma unroll
           for (int m = 0; m < MT; ++m) mma_split<NT, NT>(accS[m][n], aU[m], bk);
         }
-        if (kb <= warp) {
+        if (kb <= rb) {
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
+          for (int nt = 0; nt < RT; ++nt) {
             uint32_t bm[NTQ * 2];
-            load_b<NTQ>(bufB + Z::bKH + ((kb * 2 + nt) * 32 + lane) * NTQ * 8, bm);
+            load_b<NTQ>(bufB + Z::bKH + ((kb * RT + nt) * 32 + lane) * NTQ * 8, bm);
 #pragma unroll
             for (int m = 0; m < MT; ++m) mma_split<NT, NTQ>(aP0[m][nt], aU[m], bm);
           }
@@ -258,10 +297,10 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+        for (int nt = 0; nt < RT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int row = 16 * warp + 8 * nt + 2 * t + (e & 1);
+            const int row = 16 * rb + 8 * (nt0 + nt) + 2 * t + (e & 1);
             if (row < Cn)
               store_out(A, sp.brow * A.o_sb + (tok0 + row) * A.o_st + h * A.o_sh + vcol(m, e),
                         A.scale * aP0[m][nt][e]);
@@ -282,49 +321,60 @@ __global__ void __launch_bounds__(kThreads) state_kernel(const Args A) {
   }
 }
 
-template <int K, int MT, int NT, int NTQ>
+// Warps per block of the state pass: 8 at K = 128 (measured on the H200 against 4, same call,
+// whole forward [8,4096,16,128] 1.672 -> 1.609 ms, [2,16384,16,128] 1.780 -> 1.751,
+// [1,65536,8,128] 3.515 -> 3.131; reports/device/chunked.md run 7), 4 at K = 64.
+// QEDCHECK_CHUNKED_STATE_WARPS=4 keeps the four-warp launch at K = 128 (side-by-side timing and
+// the bitwise test).
+int state_warps(int K) {
+  if (K != 128) return 4;
+  const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_WARPS");
+  return e && std::atoi(e) == 4 ? 4 : 8;
+}
+
+template <int K, int MT, int NT, int NTQ, int NW>
 cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
-  using Z = StateSizes<K, MT, NT, NTQ>;
-  auto kern = state_kernel<K, MT, NT, NTQ>;
+  using Z = StateSizes<K, MT, NT, NTQ, NW>;
+  auto kern = state_kernel<K, MT, NT, NTQ, NW>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
   if (e != cudaSuccess) return e;
   const int64_t vt = A.V / (16 * MT);
   if (A.N == 0 || A.H == 0) return cudaSuccess;
   kern<<<dim3(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(vt)),
-         kThreads, Z::total, st>>>(A);
+         NW * 32, Z::total, st>>>(A);
   return cudaGetLastError();
 }
 
-template <int K, int NT, int NTQ>
+template <int K, int NT, int NTQ, int NW>
 cudaError_t launch_state_k(const Args& A, int MT, cudaStream_t st) {
-  if (MT == 4 && NT < 3) return launch_state_t<K, 4, NT, NTQ>(A, st);
-  if (MT == 2) return launch_state_t<K, 2, NT, NTQ>(A, st);
-  if (MT == 1) return launch_state_t<K, 1, NT, NTQ>(A, st);
+  if (MT == 4 && NT < 3) return launch_state_t<K, 4, NT, NTQ, NW>(A, st);
+  if (MT == 2) return launch_state_t<K, 2, NT, NTQ, NW>(A, st);
+  if (MT == 1) return launch_state_t<K, 1, NT, NTQ, NW>(A, st);
   return cudaErrorInvalidValue;
 }
 
-template <int K>
+template <int K, int NW>
 cudaError_t launch_state_m(const Args& A, Mode m, int MT, cudaStream_t st) {
   switch (m) {
-    case Mode::bf16: return launch_state_k<K, 2, 1>(A, MT, st);
-    case Mode::fp32: return launch_state_k<K, 3, 3>(A, MT, st);
-    case Mode::bf16_single: return launch_state_k<K, 1, 1>(A, MT, st);
+    case Mode::bf16: return launch_state_k<K, 2, 1, NW>(A, MT, st);
+    case Mode::fp32: return launch_state_k<K, 3, 3, NW>(A, MT, st);
+    case Mode::bf16_single: return launch_state_k<K, 1, 1, NW>(A, MT, st);
   }
   return cudaErrorInvalidValue;
 }
 
-template <int K>
+template <int K, int NW>
 int state_smem_k(int MT, Mode m) {
   switch (m) {
     case Mode::bf16:
-      return MT == 4 ? StateSizes<K, 4, 2, 1>::total
-                     : (MT == 2 ? StateSizes<K, 2, 2, 1>::total : StateSizes<K, 1, 2, 1>::total);
+      return MT == 4 ? StateSizes<K, 4, 2, 1, NW>::total
+                     : (MT == 2 ? StateSizes<K, 2, 2, 1, NW>::total : StateSizes<K, 1, 2, 1, NW>::total);
     case Mode::fp32:
-      return MT == 4 ? StateSizes<K, 4, 3, 3>::total
-                     : (MT == 2 ? StateSizes<K, 2, 3, 3>::total : StateSizes<K, 1, 3, 3>::total);
+      return MT == 4 ? StateSizes<K, 4, 3, 3, NW>::total
+                     : (MT == 2 ? StateSizes<K, 2, 3, 3, NW>::total : StateSizes<K, 1, 3, 3, NW>::total);
     case Mode::bf16_single:
-      return MT == 4 ? StateSizes<K, 4, 1, 1>::total
-                     : (MT == 2 ? StateSizes<K, 2, 1, 1>::total : StateSizes<K, 1, 1, 1>::total);
+      return MT == 4 ? StateSizes<K, 4, 1, 1, NW>::total
+                     : (MT == 2 ? StateSizes<K, 2, 1, 1, NW>::total : StateSizes<K, 1, 1, 1, NW>::total);
   }
   return 0;
 }
@@ -332,7 +382,8 @@ int state_smem_k(int MT, Mode m) {
 }  // namespace
 
 int state_smem_bytes(int K, int MT, Mode m) {
-  return K == 64 ? state_smem_k<64>(MT, m) : state_smem_k<128>(MT, m);
+  if (K == 64) return state_smem_k<64, 4>(MT, m);
+  return state_warps(K) == 8 ? state_smem_k<128, 8>(MT, m) : state_smem_k<128, 4>(MT, m);
 }
 
 int64_t blob_bytes(int K, int64_t V, Mode m) {
@@ -348,7 +399,8 @@ int64_t blob_bytes(int K, int64_t V, Mode m) {
 }
 
 cudaError_t launch_state(const Args& A, Mode m, int MT, cudaStream_t st) {
-  return A.K == 64 ? launch_state_m<64>(A, m, MT, st) : launch_state_m<128>(A, m, MT, st);
+  if (A.K == 64) return launch_state_m<64, 4>(A, m, MT, st);
+  return state_warps(128) == 8 ? launch_state_m<128, 8>(A, m, MT, st) : launch_state_m<128, 4>(A, m, MT, st);
 }
 
 }  // namespace qed::kernels::chunked

@@ -1,10 +1,12 @@
 // Properties of the CUDA chunked forward beyond accuracy: state passing across calls (P2),
 // packed sequences equal separate calls bit for bit, determinism, steep decays (g = -20 per step:
 // finite and accurate) and alpha = 1, poisoned outputs fully overwritten, agreement with the
-// CUDA recurrent kernel, argument checks, and two mutants (one bf16 term on the state path; no
+// CUDA recurrent kernel, the 8-warp state pass bitwise equal to the 4-warp one, argument checks,
+// and two mutants (one bf16 term on the state path; no
 // element-wise path for steep decays) that the accuracy and decay checks must catch.
 // Replay: QED_GPU_SEED=<seed> ./test_gpu_chunked_props --gtest_filter=<test>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/chunked_api.hpp"
@@ -144,6 +146,49 @@ TEST(GpuChunkedProps, PrepWarpSplitsAgreeBitwise) {
           << describe(g, DType::bf16) << " mode '" << mode << "': 8-warp and 4-warp prep differ (o "
           << rel_err(eight.outputs.o, four.outputs.o) << ", ht " << rel_err(eight.outputs.ht, four.outputs.ht)
           << ")";
+    }
+  }
+}
+
+// The state pass on eight warps (the default at K = 128) gives every warp half
+// the chunk rows and half the key channels of the four-warp launch but runs each output's mma chain
+// in the same order, so the two must agree bit for bit: every variant and arm, V = 64 and 128,
+// every value-tile width (QEDCHECK_CHUNKED_MT), both input dtypes and the single-term mode, varlen
+// with an empty sequence and h0. A wrongly placed fragment (a K̂ or W_a slot of the other half, a
+// Uᵀ half written over its neighbour) changes bits here.
+TEST(GpuChunkedProps, StateWarpSplitsAgreeBitwise) {
+  REQUIRE_DEVICE();
+  int i = 0;
+  for (const auto& [v, a] : all_variants()) {
+    for (const char* mode : {"", "single", "fp32"}) {
+      const DType dt = std::string(mode) == "fp32" ? DType::fp32 : DType::bf16;
+      fixtures::GenSpec g;
+      g.variant = v;
+      g.arm = a;
+      g.dims = {1, 300, 2, 128, i % 2 ? 128 : 64};
+      g.seqlens = {70, 0, 64, 166};
+      g.regime = i % 2 ? Regime::hard : Regime::mixed;
+      g.with_h0 = true;
+      g.seed = base_seed() + 170 + static_cast<uint64_t>(i++);
+      const auto in = fixtures::generate(g);
+      ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", dt == DType::fp32 ? "" : mode);
+      for (const char* mt : {"1", "2", "4"}) {
+        if (dt == DType::fp32 && std::string(mt) == "4") continue;  // fp32 tiles are 32 columns at most
+        ScopedEnv tile("QEDCHECK_CHUNKED_MT", mt);
+        const auto eight = kernels::run_chunked(in, dt, true);
+        kernels::ChunkedHostRun four;
+        {
+          ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", "4");
+          four = kernels::run_chunked(in, dt, true);
+        }
+        EXPECT_TRUE(all_finite(eight.outputs.o) && all_finite(eight.outputs.ht))
+            << describe(g, dt) << " mode '" << mode << "' MT " << mt << ": non-finite outputs";
+        EXPECT_TRUE(eight.outputs.o == four.outputs.o && eight.outputs.ht == four.outputs.ht &&
+                    eight.chunk_states == four.chunk_states)
+            << describe(g, dt) << " mode '" << mode << "' MT " << mt << ": 8-warp and 4-warp state pass differ (o "
+            << rel_err(eight.outputs.o, four.outputs.o) << ", ht " << rel_err(eight.outputs.ht, four.outputs.ht)
+            << ")";
+      }
     }
   }
 }
