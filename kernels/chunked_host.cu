@@ -40,6 +40,14 @@ ChunkedHostRun run_chunked(const reference::Inputs<double>& in0, DType dt, bool 
   fp.o = seq_tensor_out(o.get(), out_dt, d.T, d.H, d.V);
   fp.ht = state_tensor_out(ht.as<float>(), d.H, d.K, d.V);
   if (want_cs && nC) fp.chunk_states = state_tensor_out(cs.as<float>(), d.H, d.K, d.V);
+  // The workspace poisoned too (NaN in every fragment): a pass that reads a fragment the prep pass
+  // did not write shows up as NaN.
+  size_t ws_bytes = 0;
+  throw_if_error(chunked_forward_workspace(fp, &ws_bytes));
+  DeviceBuffer ws(ws_bytes);
+  ws.fill_bytes(0xFF);
+  fp.workspace = ws.get();
+  fp.workspace_bytes = ws_bytes;
   throw_if_error(chunked_forward(fp));
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
     throw qed::Error(std::string("cuda-chunked: forward: ") + cudaGetErrorString(e));

@@ -22,8 +22,9 @@ struct ChunkedHostRun {
 };
 
 // Throws qed::Error("no CUDA device: ...") without a usable device and qed::Error with the
-// API's message on invalid arguments or CUDA failures. Every output buffer is NaN-poisoned
-// before the call, so an element the kernels fail to write shows up as NaN.
+// API's message on invalid arguments or CUDA failures. Every output buffer and the workspace are
+// NaN-poisoned before the call, so an element the kernels fail to write (or a workspace fragment
+// read before it is written) shows up as NaN.
 ChunkedHostRun run_chunked(const reference::Inputs<double>& in, DType dtype,
                            bool want_chunk_states = false, DType out_dtype = DType::fp32);
 
