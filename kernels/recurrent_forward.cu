@@ -376,18 +376,29 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
   A.ht = detail::state_out_arg(p.state);
   A.slots = p.state_indices;
   A.nslots = slots;
-  // Three kernels: the tile kernel (bitwise the forward's step), and two row kernels
+  // The kernels: the tile kernel (bitwise the forward's step); two row kernels
   // (recurrent_decode_rows.cu: bandwidth-bound layouts for large batches, equal to the forward to
   // rounding): "rows", one block per (sequence, head, value block), and "stream", persistent
-  // blocks with cp.async stages. The default (QED_REC_DECODE_KERNEL unset or =auto) runs the
-  // stream kernel for batches of at least 8 value blocks of 64 columns per multiprocessor, where
-  // it is built, and the tile kernel otherwise (measured on the H200, B = 512, H = 16,
-  // K = V = 128: tile 355 us, rows 334 us, stream 302 us; B = 1: the tile kernel is the fastest).
-  // =tile, =rows or =stream forces one (the row kernels only where they are built).
+  // blocks with cp.async stages, with its bulk-tensor-copy twins "tma" (loads), "tmae" (loads
+  // refilling a stage early) and "tmas" (loads and stores); and "lat"
+  // (recurrent_decode_latency.cu), short per-thread chains for small batches. The default
+  // (QED_REC_DECODE_KERNEL unset or =auto), measured on the H200 at H = 16, K = V = 128
+  // (reports/device/recurrent.md run F): batches of at least 8 value blocks of 64 columns per
+  // multiprocessor take "tmas" (B = 512: 288.6-290.3 us against stream 301.5-305.1, tile
+  // 354-355), else "stream" where the pool cannot be mapped; smaller batches take "lat" (B = 1,
+  // per step in a graph of 16 steps: 2.87-2.92 us against tile 3.91-3.94); the tile kernel
+  // wherever the others are not built. =tile, =rows, =stream, =tma, =tmae, =tmas or =lat forces
+  // one (where it is built).
   const char* e = std::getenv("QED_REC_DECODE_KERNEL");
   const std::string pick = e ? e : "auto";
+  const bool large = A.N * A.H * (A.V / 64) >= 8 * detail::num_sms();
+  if ((pick == "lat" || (pick == "auto" && !large)) && detail::decode_lat_eligible(A))
+    return detail::launch_rec_decode_lat(fn, A, p.problem.stream);
+  if ((pick == "tma" || pick == "tmae") && detail::decode_tma_eligible(A))
+    return detail::launch_rec_decode_tma(fn, A, pick == "tmae", p.problem.stream);
+  if ((pick == "tmas" || (pick == "auto" && large)) && detail::decode_tma_eligible(A))
+    return detail::launch_rec_decode_tmas(fn, A, p.problem.stream);
   if (detail::decode_rows_eligible(A)) {
-    const bool large = A.N * A.H * (A.V / 64) >= 8 * detail::num_sms();
     if (pick == "stream" || (pick == "auto" && large)) return detail::launch_rec_decode_stream(fn, A, p.problem.stream);
     if (pick == "rows") return detail::launch_rec_decode_rows(fn, A, p.problem.stream);
   }

@@ -68,6 +68,17 @@ Status launch_rec_decode_rows(const char* fn, const RecArgs& A, cudaStream_t str
 // The pipelined row kernel (same file): persistent blocks, the next tiles' state rows brought
 // into shared memory by cp.async while the current tile is computed.
 Status launch_rec_decode_stream(const char* fn, const RecArgs& A, cudaStream_t stream);
+// The same walk with each tile brought in by one bulk tensor copy (the pool's tensor map): needs
+// the pool read and written in place.
+bool decode_tma_eligible(const RecArgs& A);
+// early: a stage is refilled as soon as its tile is in registers (QED_REC_DECODE_KERNEL=tmae).
+Status launch_rec_decode_tma(const char* fn, const RecArgs& A, bool early, cudaStream_t stream);
+// ... and with the new state stored by bulk tensor copies too (same eligibility).
+Status launch_rec_decode_tmas(const char* fn, const RecArgs& A, cudaStream_t stream);
+// The small-batch kernel (recurrent_decode_latency.cu): 16 state values per thread, a compact
+// argument struct; K in {32, 64, 128, 256}, V a multiple of 16, strides within 32 bits.
+bool decode_lat_eligible(const RecArgs& A);
+Status launch_rec_decode_lat(const char* fn, const RecArgs& A, cudaStream_t stream);
 
 // Launches the forward kernel with `nwarps` warps per block (= steps per chunk). Writes o, ht
 // and checkpoints as A asks.

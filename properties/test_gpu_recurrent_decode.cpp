@@ -362,3 +362,69 @@ TEST(KernelApi, RefusesBadArguments) {
 }
 
 }  // namespace
+
+// The pipelined row kernel with bulk tensor copies: loads only (QED_REC_DECODE_KERNEL=tma), loads
+// refilling a stage as soon as it is read (=tmae), and loads and stores (=tmas, each warp storing
+// its contiguous rows from the stage; with and without an L2 evict-first policy): every shape, and
+// grids capped at 1 and 3 blocks (stage reuse, the per-stage barrier phases, a padding entry that
+// issues no copy in the middle of a walk, stores still reading a stage that the next load refills).
+TEST(GpuDecode, TmaKernelMatchesForwardToRounding) {
+  REQUIRE_DEVICE();
+  const bool quick = std::getenv("QED_GPU_QUICK") != nullptr;
+  const std::vector<const char*> grids =
+      quick ? std::vector<const char*>{"0", "3"} : std::vector<const char*>{"0", "1", "3"};
+  for (const char* kernel : {"tma", "tmae", "tmas", "tmas+hint"}) {
+    const bool hint = std::string(kernel) == "tmas+hint";
+    ScopedEnv k("QED_REC_DECODE_KERNEL", hint ? "tmas" : kernel);
+    std::unique_ptr<ScopedEnv> h;
+    if (hint) h = std::make_unique<ScopedEnv>("QED_REC_DECODE_L2HINT", "1");
+    double worst = 0.0;
+    const bool stores = std::string(kernel).rfind("tmas", 0) == 0;
+    const std::vector<const char*> shapes =
+        quick ? std::vector<const char*>{stores ? "8x2x2" : "8x2x3", "16x4x2"}
+              : (stores ? std::vector<const char*>{"8x2x2", "8x2x3", "16x4x2"}
+                        : std::vector<const char*>{"8x2x2", "8x2x3", "8x2x4", "16x4x2"});
+    for (const char* blocks : grids)
+      for (const char* shape : shapes) {
+        SCOPED_TRACE(std::string(kernel) + " shape " + shape + ", blocks " + blocks);
+        ScopedEnv s("QED_REC_DECODE_TMA", shape);
+        std::unique_ptr<ScopedEnv> cap;
+        if (std::string(blocks) != "0") cap = std::make_unique<ScopedEnv>("QED_REC_DECODE_STREAM_BLOCKS", blocks);
+        worst = std::max(worst, row_kernel_cases());
+      }
+    std::printf("[decode %s] worst difference from the forward: %.3g of max(1, |forward|)\n", kernel, worst);
+  }
+}
+
+// The small-batch kernel (QED_REC_DECODE_KERNEL=lat): every launch shape, the row kernels' cases
+// plus K = 32 and a V that is a multiple of 16 only.
+TEST(GpuDecode, LatKernelMatchesForwardToRounding) {
+  REQUIRE_DEVICE();
+  ScopedEnv kernel("QED_REC_DECODE_KERNEL", "lat");
+  double worst = 0.0;
+  const bool quick = std::getenv("QED_GPU_QUICK") != nullptr;
+  const std::vector<const char*> shapes = quick ? std::vector<const char*>{"4x16", "8x16", "2x8", "16x16"}
+                                                : std::vector<const char*>{"4x16", "8x16", "4x8", "8x8", "16x16", "2x16", "2x8"};
+  for (const char* shape : shapes) {
+    SCOPED_TRACE(std::string("lat shape ") + shape);
+    ScopedEnv s("QED_REC_DECODE_LAT", shape);
+    worst = std::max({worst, row_kernel_cases(),
+                      decode_matches_forward(Variant::qed, Arm::full, 32, 48, DType::bf16, Match::rounding),
+                      decode_matches_forward(Variant::gdn, Arm::none, 32, 16, DType::fp32, Match::rounding)});
+  }
+  std::printf("[decode lat] worst difference from the forward: %.3g of max(1, |forward|)\n", worst);
+}
+
+// The default choice (QED_REC_DECODE_KERNEL unset): the tests' batches are small, so the
+// small-batch kernel runs (equal to the forward to rounding, and not bitwise: the check that a
+// value differs shows it is not the tile kernel's step); where that kernel is not built (K = 16,
+// or V = 40, not a multiple of 16) the tile kernel's bitwise step.
+TEST(GpuDecode, DefaultKernelMatchesForward) {
+  REQUIRE_DEVICE();
+  unsetenv("QED_REC_DECODE_KERNEL");
+  const double worst = std::max(decode_matches_forward(Variant::gdn2, Arm::none, 128, 128, DType::bf16, Match::rounding),
+                                decode_matches_forward(Variant::qed, Arm::full, 64, 64, DType::fp32, Match::rounding));
+  decode_matches_forward(Variant::gdn, Arm::none, 16, 16, DType::fp16);
+  decode_matches_forward(Variant::qed, Arm::nogate, 64, 40, DType::fp32);
+  std::printf("[decode default] worst difference from the forward: %.3g of max(1, |forward|)\n", worst);
+}
