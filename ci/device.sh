@@ -9,7 +9,8 @@
 # Knobs: QED_DEVICE_JOBS (16), QED_DEVICE_SANITIZE=0 (skip the sanitizer tests),
 # QED_DEVICE_BENCH=0 (skip benchmarks), QED_DEVICE_TESTS=0 (skip tests),
 # QED_DEVICE_TEST_REGEX (ctest -R filter), QED_DEVICE_BENCH_GLOB (bench_*.py),
-# QED_DEVICE_TEST_TIMEOUT (s per ctest test, 600), QED_GTEST_SOURCE (googletest sources when
+# QED_DEVICE_ARGS_<bench name> (extra arguments of one benchmark, e.g.
+# QED_DEVICE_ARGS_bench_chunked="--only timing"), QED_DEVICE_TEST_TIMEOUT (s per ctest test, 600), QED_GTEST_SOURCE (googletest sources when
 # GoogleTest is not installed; default .devdeps/googletest), QED_DEVICE_QEDCHECK=0 (skip the
 # qedcheck stage below), QED_DEVICE_CERTIFY=0 / QED_DEVICE_FLA=0 (skip its certification / its
 # chunk_gdn2 verdict).
@@ -81,8 +82,10 @@ if [[ ${QED_DEVICE_BENCH:-1} != 0 ]]; then
     [[ -e "$b" ]] || continue
     name=$(basename "$b" .py)
     echo "== $name" >>"$OUT/bench.log"
+    extra_var="QED_DEVICE_ARGS_$name"
+    read -r -a extra <<<"${!extra_var:-}"
     PYTHONUNBUFFERED=1 timeout "${QED_DEVICE_BENCH_BUDGET:-300}" python3 "$b" --lib-dir "$BUILD" --out "$OUT/bench" \
-      >"$OUT/bench/$name.stdout" 2>>"$OUT/bench.log"
+      "${extra[@]}" >"$OUT/bench/$name.stdout" 2>>"$OUT/bench.log"
     rc=$?
     cat "$OUT/bench/$name.stdout" >>"$OUT/bench.log"
     rm -f "$OUT/bench/$name.stdout"
