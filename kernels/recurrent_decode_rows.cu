@@ -12,6 +12,11 @@
 // shared memory in a fixed order. Deterministic, but in a different order from the sequence
 // kernel, so this step equals the forward's to rounding, not bitwise (the tile kernel,
 // QED_REC_DECODE_KERNEL=tile, is the bitwise one).
+//
+// Kernels here: "rows" (one block per tile), and the persistent walk over tiles (stream_walk) with
+// three ways of filling its shared-memory stages: cp.async ("stream"), one bulk tensor copy per
+// tile ("tma", "tmae" refilling a stage early) and bulk copies both ways ("tmas", the default for
+// large batches: 3.75 TB/s at B = 512 on the H200, reports/device/recurrent.md run F).
 #include <cuda.h>  // CUtensorMap and its enums (types only: nothing links the driver library)
 #include <cuda_runtime.h>
 
@@ -577,15 +582,21 @@ StreamShape tma_shape() {
   return s;
 }
 
-template <int K, int NW, int CPL, int ST>
-Status launch_stream(const char* fn, const RecArgs& A, cudaStream_t stream) {
-  auto kern = rec_decode_stream_kernel<K, NW, CPL, ST>;
-  constexpr size_t smem = size_t{ST} * K * 32 * CPL * 4;
-  // Once per instance: the shared-memory opt-in and how many blocks fit on a multiprocessor.
+// The launch of a persistent walk over tiles of 32 CPL columns (stream, tma, tmae, tmas kernels):
+// once per kernel instance the shared-memory opt-in and how many blocks fit on a multiprocessor;
+// then the tile count (below 2^31: the walk decodes tiles in 32 bits) and the grid, at most one
+// full wave (tests cap it with QED_REC_DECODE_STREAM_BLOCKS so that one block walks many tiles).
+struct WalkLaunch {
+  uint32_t tiles = 0;
+  unsigned grid = 0;
+};
+
+template <auto Kern>
+Status walk_launch(const char* fn, const RecArgs& A, int threads, size_t smem, int CPL, WalkLaunch* out) {
   static const std::pair<cudaError_t, int> setup = [&] {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    cudaError_t e = cudaFuncSetAttribute(Kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     int per_sm = 0;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kern, threads, smem);
     return std::make_pair(e, per_sm);
   }();
   if (setup.first != cudaSuccess) return cuda_status(fn, "decode kernel set-up", setup.first);
@@ -595,9 +606,19 @@ Status launch_stream(const char* fn, const RecArgs& A, cudaStream_t stream) {
   if (tiles > (int64_t{1} << 31) - 1)
     return {StatusCode::unsupported, std::string(fn) + ": N * H * value blocks exceeds 2^31 - 1"};
   int64_t grid = std::min<int64_t>(tiles, int64_t{setup.second} * num_sms());
-  // Tests cap the grid (QED_REC_DECODE_STREAM_BLOCKS) so that one block walks many tiles.
   if (const char* e = std::getenv("QED_REC_DECODE_STREAM_BLOCKS")) grid = std::clamp<int64_t>(std::atoll(e), 1, grid);
-  kern<<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(A, static_cast<uint32_t>(tiles));
+  out->tiles = static_cast<uint32_t>(tiles);
+  out->grid = static_cast<unsigned>(grid);
+  return {};
+}
+
+template <int K, int NW, int CPL, int ST>
+Status launch_stream(const char* fn, const RecArgs& A, cudaStream_t stream) {
+  constexpr size_t smem = size_t{ST} * K * 32 * CPL * 4;
+  WalkLaunch w;
+  if (Status st = walk_launch<rec_decode_stream_kernel<K, NW, CPL, ST>>(fn, A, NW * 32, smem, CPL, &w); !st.ok())
+    return st;
+  rec_decode_stream_kernel<K, NW, CPL, ST><<<w.grid, NW * 32, smem, stream>>>(A, w.tiles);
   return cuda_status(fn, "decode kernel launch", cudaGetLastError());
 }
 
@@ -657,55 +678,31 @@ Status pool_map(const char* fn, const RecArgs& A, int K, int BV, int rows, CUten
 
 template <int K, int NW, int CPL, int ST, bool EARLY = false>
 Status launch_tma(const char* fn, const RecArgs& A, cudaStream_t stream) {
-  auto kern = rec_decode_tma_kernel<K, NW, CPL, ST, EARLY>;
   constexpr size_t smem = size_t{ST} * K * 32 * CPL * 4;
   static_assert(ST <= 4, "TmaShared holds four barriers");
-  static const std::pair<cudaError_t, int> setup = [&] {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    int per_sm = 0;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem);
-    return std::make_pair(e, per_sm);
-  }();
-  if (setup.first != cudaSuccess) return cuda_status(fn, "decode kernel set-up", setup.first);
-  if (setup.second < 1)
-    return {StatusCode::unsupported, std::string(fn) + ": decode kernel does not fit a multiprocessor"};
-  const int64_t tiles = A.N * A.H * (A.V / (32 * CPL));
-  if (tiles > (int64_t{1} << 31) - 1)
-    return {StatusCode::unsupported, std::string(fn) + ": N * H * value blocks exceeds 2^31 - 1"};
+  WalkLaunch w;
+  if (Status st = walk_launch<rec_decode_tma_kernel<K, NW, CPL, ST, EARLY>>(fn, A, NW * 32, smem, CPL, &w); !st.ok())
+    return st;
   CUtensorMap map;
   if (Status st = pool_map(fn, A, K, 32 * CPL, K, &map); !st.ok()) return st;
-  int64_t grid = std::min<int64_t>(tiles, int64_t{setup.second} * num_sms());
-  if (const char* e = std::getenv("QED_REC_DECODE_STREAM_BLOCKS")) grid = std::clamp<int64_t>(std::atoll(e), 1, grid);
-  kern<<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(A, static_cast<uint32_t>(tiles), map);
+  rec_decode_tma_kernel<K, NW, CPL, ST, EARLY><<<w.grid, NW * 32, smem, stream>>>(A, w.tiles, map);
   return cuda_status(fn, "decode kernel launch", cudaGetLastError());
 }
 
 template <int K, int NW, int CPL, int ST>
 Status launch_tmas(const char* fn, const RecArgs& A, cudaStream_t stream) {
-  auto kern = rec_decode_tmas_kernel<K, NW, CPL, ST>;
   constexpr size_t smem = size_t{ST} * K * 32 * CPL * 4;
   static_assert(ST <= 4, "TmaShared holds four barriers");
-  static const std::pair<cudaError_t, int> setup = [&] {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    int per_sm = 0;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem);
-    return std::make_pair(e, per_sm);
-  }();
-  if (setup.first != cudaSuccess) return cuda_status(fn, "decode kernel set-up", setup.first);
-  if (setup.second < 1)
-    return {StatusCode::unsupported, std::string(fn) + ": decode kernel does not fit a multiprocessor"};
-  const int64_t tiles = A.N * A.H * (A.V / (32 * CPL));
-  if (tiles > (int64_t{1} << 31) - 1)
-    return {StatusCode::unsupported, std::string(fn) + ": N * H * value blocks exceeds 2^31 - 1"};
+  WalkLaunch w;
+  if (Status st = walk_launch<rec_decode_tmas_kernel<K, NW, CPL, ST>>(fn, A, NW * 32, smem, CPL, &w); !st.ok())
+    return st;
   CUtensorMap map, store_map;
   if (Status st = pool_map(fn, A, K, 32 * CPL, K, &map); !st.ok()) return st;
   if (Status st = pool_map(fn, A, K, 32 * CPL, K / NW, &store_map); !st.ok()) return st;
-  int64_t grid = std::min<int64_t>(tiles, int64_t{setup.second} * num_sms());
-  if (const char* e = std::getenv("QED_REC_DECODE_STREAM_BLOCKS")) grid = std::clamp<int64_t>(std::atoll(e), 1, grid);
   // Tuning: QED_REC_DECODE_L2HINT=1 gives the copies an L2 evict-first policy.
   const char* hint = std::getenv("QED_REC_DECODE_L2HINT");
   const int l2hint = hint && std::strcmp(hint, "1") == 0 ? 1 : 0;
-  kern<<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(A, static_cast<uint32_t>(tiles), map, store_map, l2hint);
+  rec_decode_tmas_kernel<K, NW, CPL, ST><<<w.grid, NW * 32, smem, stream>>>(A, w.tiles, map, store_map, l2hint);
   return cuda_status(fn, "decode kernel launch", cudaGetLastError());
 }
 
