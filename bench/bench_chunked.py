@@ -487,12 +487,18 @@ def timings(lib, log, quick, have_peer, bw):
             for mt in (1, 2, 4):
                 os.environ["QEDCHECK_CHUNKED_MT"] = str(mt)
                 row[f"state{'' if warps == '8' else '4'}_mt{mt}_ms"] = time_ms(run)[0]
+        del os.environ["QEDCHECK_CHUNKED_STATE_WARPS"]
         del os.environ["QEDCHECK_CHUNKED_MT"]
         del os.environ["QEDCHECK_CHUNKED_ONLY"]
-        del os.environ["QEDCHECK_CHUNKED_STATE_WARPS"]
         xq = dict(x)
         xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
-        row["ours_qed_ms"] = time_ms(lib.prepare(xq, o, ht))[0]
+        run_q = lib.prepare(xq, o, ht)
+        row["ours_qed_ms"] = time_ms(run_q)[0]
+        for only in ("prep", "state"):  # where QED's extra time goes
+            os.environ["QEDCHECK_CHUNKED_ONLY"] = only
+            row[f"qed_{only}_ms"] = time_ms(run_q)[0]
+            row[f"gdn2_{only}_ms"] = time_ms(run)[0]
+        del os.environ["QEDCHECK_CHUNKED_ONLY"]
         for warps in ("4", "8"):  # whole forwards with either state pass (its default tile width)
             os.environ["QEDCHECK_CHUNKED_STATE_WARPS"] = warps
             row[f"ours_gdn2_s{warps}_ms"] = time_ms(run)[0]
@@ -588,13 +594,18 @@ def backward_vs_peer(lib, log):
         x = make_inputs(1, 512, 2, 128, 128, "gdn2", "none", regime, torch.bfloat16, seed=300 + i)
         do = torch.randn(1, 512, 2, 128, device=DEV).to(torch.bfloat16)
         ours = lib.backward(x, do)
+        os.environ["QEDCHECK_CHUNKED_BWD_TERMS"] = "1"  # one bf16 term per product operand
+        try:
+            ours1 = lib.backward(x, do)
+        finally:
+            os.environ.pop("QEDCHECK_CHUNKED_BWD_TERMS", None)
         leaves = peer_fwd_bwd(x, do)
         torch.cuda.synchronize()
         names = ("q", "k", "v", "g", "b", "w")
         ref = ref_grads(x, do, names)
         for n, leaf in zip(names, leaves):
             row = {"regime": regime, "grad": "d" + n, "ours": relF(ours["d" + n], ref[n]),
-                   "peer": relF(leaf.grad, ref[n])}
+                   "ours_terms1": relF(ours1["d" + n], ref[n]), "peer": relF(leaf.grad, ref[n])}
             rows.append(row)
             log("[bwd vs peer] " + json.dumps(row))
     return rows
@@ -624,6 +635,10 @@ def timings_backward(lib, log, quick, have_peer):
         row = {"shape": f"[{B},{T},{H},{D}]", "ws_gb": lib.wsb.numel() / 1e9}
         row["ours_fwd_ms"] = time_ms(fwd)[0]
         row["ours_bwd_ms"] = time_ms(bwd)[0]
+        for terms in ("1", "3"):  # split terms of the backward's products (default 2 for bf16)
+            os.environ["QEDCHECK_CHUNKED_BWD_TERMS"] = terms
+            row[f"ours_bwd_terms{terms}_ms"] = time_ms(bwd)[0]
+        os.environ.pop("QEDCHECK_CHUNKED_BWD_TERMS", None)
         row["ours_fwdbwd_ms"] = time_ms(lambda: (fwd(), bwd()))[0]
         xq = dict(x)
         xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
@@ -653,16 +668,21 @@ def backward_phases(lib, log):
     x = make_inputs(B, T, H, D, D, "gdn2", "none", "std", torch.bfloat16, seed=3)
     do = torch.randn(B, T, H, D, device=DEV).to(torch.bfloat16)
     gr = lib.grad_buffers(x, B, torch.bfloat16)
-    rows, prev = [], 0.0
+    rows = []
     try:
-        for k in range(1, 6):
-            os.environ["QEDCHECK_CHUNKED_BWD_STOP"] = str(k)
-            ms = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16), warmup=1, reps=3)[0]
-            rows.append({"pass": k, "name": names[k - 1], "cum_ms": ms, "pass_ms": ms - prev})
-            prev = ms
-            log("[bwd phases] " + json.dumps(rows[-1]))
+        for terms in ("3", "2", "1"):  # split terms of the products (2: the bf16 default)
+            os.environ["QEDCHECK_CHUNKED_BWD_TERMS"] = terms
+            prev = 0.0
+            for k in range(1, 6):
+                os.environ["QEDCHECK_CHUNKED_BWD_STOP"] = str(k)
+                ms = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16), warmup=1, reps=3)[0]
+                rows.append({"pass": k, "name": f"{names[k - 1]} (terms {terms})", "cum_ms": ms,
+                             "pass_ms": ms - prev})
+                prev = ms
+                log("[bwd phases] " + json.dumps(rows[-1]))
     finally:
         os.environ.pop("QEDCHECK_CHUNKED_BWD_STOP", None)
+        os.environ.pop("QEDCHECK_CHUNKED_BWD_TERMS", None)
     del x, do, gr
     lib.wsb = torch.empty(0, dtype=torch.uint8, device=DEV)
     torch.cuda.empty_cache()
@@ -770,6 +790,10 @@ def main():
               [[r["shape"], f"{r['ours_gdn2_s4_ms']:.3f}", f"{r['ours_gdn2_s8_ms']:.3f}", f"{r['ours_qed_s4_ms']:.3f}",
                 f"{r['ours_qed_s8_ms']:.3f}",
                 f"{r['state4_mt1_ms']:.3f}/{r['state4_mt2_ms']:.3f}/{r['state4_mt4_ms']:.3f}"] for r in res["timing"]])
+        # Where QED's extra time goes: each pass alone, GDN-2 and QED (full, lambda = 1).
+        table(["shape", "prep gdn2 ms", "prep qed ms", "state gdn2 ms", "state qed ms"],
+              [[r["shape"], f"{r['gdn2_prep_ms']:.3f}", f"{r['qed_prep_ms']:.3f}", f"{r['gdn2_state_ms']:.3f}",
+                f"{r['qed_state_ms']:.3f}"] for r in res["timing"]])
     if res.get("bwdtiming"):
         # Whole forward + backward against the peer's, then our two halves alone (no peer column:
         # the peer's time is only comparable with a whole step).
@@ -777,12 +801,14 @@ def main():
               [[r["shape"], f"{r['ours_fwdbwd_ms']:.3f}", f"{r['ours_qed_fwdbwd_ms']:.3f}",
                 f"{r.get('peer_fwdbwd_ms', nan):.3f}", f"{r.get('peer_over_ours', nan):.2f}x", f"{r['ws_gb']:.2f}"]
                for r in res["bwdtiming"]])
-        table(["shape", "ours fwd ms", "ours bwd ms"],
-              [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}"] for r in res["bwdtiming"]])
+        table(["shape", "ours fwd ms", "ours bwd ms", "bwd, 1 term ms", "bwd, 3 terms ms"],
+              [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}", f"{r['ours_bwd_terms1_ms']:.3f}",
+                f"{r['ours_bwd_terms3_ms']:.3f}"] for r in res["bwdtiming"]])
     if res.get("bwdpeer"):
-        table(["regime (gdn2, T=512, K=V=128, bf16)", "gradient", "ours relF", "peer relF", "peer / ours"],
-              [[r["regime"], r["grad"], f"{r['ours']:.2e}", f"{r['peer']:.2e}", f"{r['peer'] / max(r['ours'], 1e-30):.0f}x"]
-               for r in res["bwdpeer"]])
+        table(["regime (gdn2, T=512, K=V=128, bf16)", "gradient", "ours relF", "ours, 1 term relF", "peer relF",
+               "peer / ours"],
+              [[r["regime"], r["grad"], f"{r['ours']:.2e}", f"{r['ours_terms1']:.2e}", f"{r['peer']:.2e}",
+                f"{r['peer'] / max(r['ours'], 1e-30):.0f}x"] for r in res["bwdpeer"]])
     if res.get("bwdphases"):
         table(["backward cut after pass ([8,4096,16,128] bf16)", "cumulative ms", "pass ms"],
               [[f"{r['pass']} {r['name']}", f"{r['cum_ms']:.3f}", f"{r['pass_ms']:.3f}"] for r in res["bwdphases"]])

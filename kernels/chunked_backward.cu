@@ -12,11 +12,13 @@
 // properties/test_chunked_backward_tiles.cpp); bf16 inputs take the larger of that and
 //   2 relF_twinbf16(X)                                               (bf16 inputs)
 // with twinbf16 = the same twin with every matmul operand rounded to bf16 (the README's default
-// rule for bf16 candidates): the kernel is fp32 except the forward's 16-bit chunk states.
+// rule for bf16 candidates): with bf16 inputs the products carry 16 of fp32's 24 bits (two split
+// terms), far more than the inputs' own 8, and the rest is fp32.
 //
 // Speed: the matrix products (the reverse state sweep, W_a and W_z, the off-diagonal blocks of T,
 // M and of §6.2's decay-factor sums) run on tensor cores as split-bf16 products with three terms
-// per operand (fp32-faithful, kernels/chunked_backward_mma.cuh); the diagonal 16 x 16 blocks with
+// per operand for fp32 inputs (fp32-faithful, kernels/chunked_backward_mma.cuh) and two for bf16
+// inputs (QEDCHECK_CHUNKED_BWD_TERMS=1|2|3 overrides); the diagonal 16 x 16 blocks with
 // their pairwise exponents, the forward substitution for L and the token VJPs stay on CUDA cores.
 // The passes still hand fp32 matrices through a large workspace (6.8 GB at [8,4096,16,128]);
 // fusing them is the next step.
@@ -56,9 +58,12 @@ struct BlockExec {
   }
 };
 
-constexpr int kNTB = 3;  // bf16 terms per operand of the backward's tensor-core products
+// bf16 terms per operand of the backward's tensor-core products (NTB below): 3 keep all 24 bits
+// of fp32 (fp32 inputs); bf16 inputs take 2 (16 bits, far below the error their rounding already
+// carries) unless QEDCHECK_CHUNKED_BWD_TERMS=1|2|3 says otherwise.
 
 // prep_block's W_a = L Ã and W_z = L Z on tensor cores.
+template <int NTB>
 struct TcPrepProducts {
   __device__ void operator()(const BlockExec&, const cb::BwdArgs& A, const cb::ChunkTiles& s, const float* Lm,
                              const cb::Blob& bl) const {
@@ -66,12 +71,12 @@ struct TcPrepProducts {
     const int n = s.n, n16 = (n + 15) / 16 * 16, K = static_cast<int>(A.K), V = static_cast<int>(A.V);
     auto kr = [&](int m0, int& lo, int& hi) { lo = 0, hi = m0 + 16 < n16 ? m0 + 16 : n16; };
     auto fl = [&](int r, int j) { return (r < n && j < n) ? Lm[r * kC + j] : 0.f; };
-    cb::tc::block_gemm<kNTB, 4>(
+    cb::tc::block_gemm<NTB, 4>(
         kC, K, kr, fl, [&](int j, int c) { return j < n ? s.a[j * s.ld + c] : 0.f; },
         [&](int r, int c, float x) {
           if (r < n) bl.Wa[r * K + c] = x;
         });
-    cb::tc::block_gemm<kNTB, 4>(
+    cb::tc::block_gemm<NTB, 4>(
         kC, V, kr, fl, [&](int j, int v) { return j < n ? cb::z_value(A, s, j, v) : 0.f; },
         [&](int r, int v, float x) {
           if (r < n) bl.Wz[r * V + v] = x;
@@ -84,6 +89,7 @@ struct TcPrepProducts {
 // E_rj = exp(G_r - R) exp(R - G_j), both exponents <= 0 (MATH.md §4.6), so
 //   T_IJ = (A_I ⊙ exp(G_I - R)) (K_J ⊙ exp(R - G_J))ᵀ and M_IJ the same with Q_I;
 // the diagonal blocks keep pairwise exponents, one thread per entry; zeros above.
+template <int NTB>
 struct TcPrepTM {
   __device__ void operator()(const BlockExec& ex, const cb::BwdArgs& A, const cb::ChunkTiles& s, float* Tm,
                              const cb::Blob& bl) const {
@@ -99,21 +105,21 @@ struct TcPrepTM {
       const float* Rg = s.G + (m0 - 1) * ld;
       float acc[2][2][4] = {};
       for (int k0 = 0; k0 < K; k0 += 16) {
-        uint32_t aA[4 * kNTB], aQ[4 * kNTB];
-        cb::tc::frag_a<kNTB>(
+        uint32_t aA[4 * NTB], aQ[4 * NTB];
+        cb::tc::frag_a<NTB>(
             aA, [&](int r, int c) { return r < n ? s.a[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; }, m0,
             k0, g, t);
-        cb::tc::frag_a<kNTB>(
+        cb::tc::frag_a<NTB>(
             aQ, [&](int r, int c) { return r < n ? s.q[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; }, m0,
             k0, g, t);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          uint32_t b[2 * kNTB];
-          cb::tc::frag_b<kNTB>(
+          uint32_t b[2 * NTB];
+          cb::tc::frag_b<NTB>(
               b, [&](int c, int j) { return s.k[j * ld + c] * expf(Rg[c] - s.G[j * ld + c]); }, k0, j0 + 8 * nt,
               g, t);
-          cb::tc::step<kNTB>(acc[0][nt], aA, b);
-          cb::tc::step<kNTB>(acc[1][nt], aQ, b);
+          cb::tc::step<NTB>(acc[0][nt], aA, b);
+          cb::tc::step<NTB>(acc[1][nt], aQ, b);
         }
       }
 #pragma unroll
@@ -134,9 +140,10 @@ struct TcPrepTM {
   }
 };
 
+template <int NTB>
 __global__ void __launch_bounds__(kThreadsBwd) bwd_prep_kernel(const cb::BwdArgs A) {
   extern __shared__ __align__(16) float sm_prep[];
-  cb::prep_block(BlockExec{}, A, blockIdx.x, blockIdx.y, sm_prep, TcPrepProducts{}, TcPrepTM{});
+  cb::prep_block(BlockExec{}, A, blockIdx.x, blockIdx.y, sm_prep, TcPrepProducts<NTB>{}, TcPrepTM<NTB>{});
 }
 __global__ void __launch_bounds__(kThreadsBwd) bwd_prep_scalar_kernel(const cb::BwdArgs A) {
   extern __shared__ __align__(16) float sm_prep[];
@@ -150,6 +157,7 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_state_kernel(const cb::BwdArg
 // tensor cores (chunked_backward_mma.cuh, three bf16 terms per operand): same inputs, same
 // outputs (Z̄, the tile partials, dh0), same shared-memory tiles; rho stays a scalar loop.
 // `QEDCHECK_CHUNKED_BWD_SCALAR=1` launches the scalar prep, state and chunk blocks instead.
+template <int NTB>
 __global__ void __launch_bounds__(kThreadsBwd) bwd_state_tc_kernel(const cb::BwdArgs A) {
   extern __shared__ __align__(16) float sm[];
   namespace tc = cb::tc;
@@ -197,12 +205,12 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_state_tc_kernel(const cb::Bwd
     }
     __syncthreads();
     // U = W_z - W_a S;  Ū = s Mᵀ Ō + K̂ Ŝ' (k runs over the chunk's rows, then the channels).
-    tc::block_gemm<kNTB, 4>(
+    tc::block_gemm<NTB, 4>(
         kC, VT, [&](int, int& lo, int& hi) { lo = 0, hi = K; },
         [&](int r, int c) { return r < n ? bl.Wa[r * K + c] : 0.f; },
         [&](int c, int v) { return S[c * P + v]; },
         [&](int r, int v, float x) { U[r * P + v] = r < n ? bl.Wz[r * V + v0 + v] - x : 0.f; });
-    tc::block_gemm<kNTB, 4>(
+    tc::block_gemm<NTB, 4>(
         kC, VT, [&](int m0, int& lo, int& hi) { lo = m0, hi = kC + K; },
         [&](int r, int k) {
           if (r >= n) return 0.f;
@@ -214,7 +222,7 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_state_tc_kernel(const cb::Bwd
     __syncthreads();
     // Ȳ = Lᵀ Ū (the chunk's Z̄); partials M̄ = s tril(Ō Uᵀ), Q̃̄ = s Ō Sᵀ, K̂̄ = U Ŝ'ᵀ, ρ_S.
     float* zbar = A.tok_v + ((sp.brow * A.T + t0) * A.H + h) * V + v0;
-    tc::block_gemm<kNTB, 4>(
+    tc::block_gemm<NTB, 4>(
         kC, VT, [&](int m0, int& lo, int& hi) { lo = m0, hi = n16; },
         [&](int j, int r) { return (j < n && r < n) ? bl.L[r * kC + j] : 0.f; },
         [&](int r, int v) { return Ub[r * P + v]; },
@@ -222,19 +230,19 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_state_tc_kernel(const cb::Bwd
           Y[j * P + v] = j < n ? x : 0.f;
           if (j < n) zbar[static_cast<int64_t>(j) * A.H * V + v] = x;
         });
-    tc::block_gemm<kNTB, 4>(
+    tc::block_gemm<NTB, 4>(
         kC, kC, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
         [&](int r, int v) { return O[r * P + v]; }, [&](int v, int j) { return U[j * P + v]; },
         [&](int r, int j, float x) {
           if (r < n && j < n) pt.Mb[r * kC + j] = j <= r ? s * x : 0.f;
         });
-    tc::block_gemm<kNTB, 4>(
+    tc::block_gemm<NTB, 4>(
         kC, K, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
         [&](int r, int v) { return O[r * P + v]; }, [&](int v, int c) { return S[c * P + v]; },
         [&](int r, int c, float x) {
           if (r < n) pt.Qtb[r * K + c] = s * x;
         });
-    tc::block_gemm<kNTB, 4>(
+    tc::block_gemm<NTB, 4>(
         kC, K, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
         [&](int r, int v) { return U[r * P + v]; }, [&](int v, int c) { return Sh[c * P + v]; },
         [&](int r, int c, float x) {
@@ -247,7 +255,7 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_state_tc_kernel(const cb::Bwd
     }
     __syncthreads();
     // Ŝ_[n] = s Q̃ᵀ Ō + Diag(γ_n) Ŝ' − Ãᵀ Ȳ; partials T̄ = −stril(Ȳ Uᵀ), Ã̄ = −Ȳ Sᵀ.
-    tc::block_gemm<kNTB, 4>(
+    tc::block_gemm<NTB, 4>(
         K, VT, [&](int, int& lo, int& hi) { lo = 0, hi = 2 * kC; },
         [&](int c, int k) {
           if (k < kC) return k < n ? s * bl.Qt[k * K + c] : 0.f;
@@ -255,13 +263,13 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_state_tc_kernel(const cb::Bwd
         },
         [&](int k, int v) { return k < kC ? O[k * P + v] : Y[(k - kC) * P + v]; },
         [&](int c, int v, float x) { Shn[c * P + v] = fmaf(bl.gl[c], Sh[c * P + v], x); });
-    tc::block_gemm<kNTB, 4>(
+    tc::block_gemm<NTB, 4>(
         kC, kC, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
         [&](int r, int v) { return Y[r * P + v]; }, [&](int v, int j) { return U[j * P + v]; },
         [&](int r, int j, float x) {
           if (r < n && j < n) pt.Tb[r * kC + j] = j < r ? -x : 0.f;
         });
-    tc::block_gemm<kNTB, 4>(
+    tc::block_gemm<NTB, 4>(
         kC, K, [&](int, int& lo, int& hi) { lo = 0, hi = VT; },
         [&](int r, int v) { return Y[r * P + v]; }, [&](int v, int c) { return S[c * P + v]; },
         [&](int r, int c, float x) {
@@ -287,6 +295,7 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_state_tc_kernel(const cb::Bwd
 // smaller still. Lower: ā°_I = exp(G_I - R) ⊙ Σ_J T̄_IJ (K_J ⊙ exp(R - G_J)) (q̄° with M̄, same
 // right operand); upper: k̄°_J = exp(R - G_J) ⊙ Σ_I (T̄_IJᵀ (A_I ⊙ exp(G_I - R)) + M̄_IJᵀ (Q_I ⊙ ...)).
 // One warp per (block, 32 channels).
+template <int NTB>
 struct TcOffDiag {
   template <class Tok>
   __device__ void operator()(const BlockExec&, const cb::BwdArgs& A, const cb::ChunkTiles& s, const float* Tb,
@@ -313,37 +322,37 @@ struct TcOffDiag {
         for (int j = 0; j < NN; ++j) acc[p][j][0] = acc[p][j][1] = acc[p][j][2] = acc[p][j][3] = 0.f;
       if (lower) {
         for (int J = 0; J < blk; ++J) {
-          uint32_t aT[4 * kNTB], aM[4 * kNTB];
+          uint32_t aT[4 * NTB], aM[4 * NTB];
           const int k0 = 16 * J;
-          cb::tc::frag_a<kNTB>(aT, [&](int r, int j) { return r < n ? Tb[r * kC + j] : 0.f; }, m0, k0, g, t);
-          cb::tc::frag_a<kNTB>(aM, [&](int r, int j) { return r < n ? Mb[r * kC + j] : 0.f; }, m0, k0, g, t);
+          cb::tc::frag_a<NTB>(aT, [&](int r, int j) { return r < n ? Tb[r * kC + j] : 0.f; }, m0, k0, g, t);
+          cb::tc::frag_a<NTB>(aM, [&](int r, int j) { return r < n ? Mb[r * kC + j] : 0.f; }, m0, k0, g, t);
 #pragma unroll
           for (int jj = 0; jj < NN; ++jj) {
-            uint32_t b[2 * kNTB];
-            cb::tc::frag_b<kNTB>(
+            uint32_t b[2 * NTB];
+            cb::tc::frag_b<NTB>(
                 b, [&](int j, int c) { return s.k[j * ld + c] * expf(Rg[c] - s.G[j * ld + c]); }, k0,
                 n0 + 8 * jj, g, t);
-            cb::tc::step<kNTB>(acc[0][jj], aT, b);
-            cb::tc::step<kNTB>(acc[1][jj], aM, b);
+            cb::tc::step<NTB>(acc[0][jj], aT, b);
+            cb::tc::step<NTB>(acc[1][jj], aM, b);
           }
         }
       } else {
         for (int I = blk + 1; I < nb; ++I) {
-          uint32_t aT[4 * kNTB], aM[4 * kNTB];
+          uint32_t aT[4 * NTB], aM[4 * NTB];
           const int k0 = 16 * I;
-          cb::tc::frag_a<kNTB>(aT, [&](int j, int r) { return r < n ? Tb[r * kC + j] : 0.f; }, m0, k0, g, t);
-          cb::tc::frag_a<kNTB>(aM, [&](int j, int r) { return r < n ? Mb[r * kC + j] : 0.f; }, m0, k0, g, t);
+          cb::tc::frag_a<NTB>(aT, [&](int j, int r) { return r < n ? Tb[r * kC + j] : 0.f; }, m0, k0, g, t);
+          cb::tc::frag_a<NTB>(aM, [&](int j, int r) { return r < n ? Mb[r * kC + j] : 0.f; }, m0, k0, g, t);
 #pragma unroll
           for (int jj = 0; jj < NN; ++jj) {
-            uint32_t b[2 * kNTB];
-            cb::tc::frag_b<kNTB>(
+            uint32_t b[2 * NTB];
+            cb::tc::frag_b<NTB>(
                 b, [&](int r, int c) { return r < n ? s.a[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; },
                 k0, n0 + 8 * jj, g, t);
-            cb::tc::step<kNTB>(acc[0][jj], aT, b);
-            cb::tc::frag_b<kNTB>(
+            cb::tc::step<NTB>(acc[0][jj], aT, b);
+            cb::tc::frag_b<NTB>(
                 b, [&](int r, int c) { return r < n ? s.q[r * ld + c] * expf(s.G[r * ld + c] - Rg[c]) : 0.f; },
                 k0, n0 + 8 * jj, g, t);
-            cb::tc::step<kNTB>(acc[0][jj], aM, b);
+            cb::tc::step<NTB>(acc[0][jj], aM, b);
           }
         }
       }
@@ -365,9 +374,10 @@ struct TcOffDiag {
   }
 };
 
+template <int NTB>
 __global__ void __launch_bounds__(kThreadsBwd) bwd_chunk_kernel(const cb::BwdArgs A) {
   extern __shared__ __align__(16) float sm_chunk[];
-  cb::chunk_block(BlockExec{}, A, blockIdx.x, blockIdx.y, sm_chunk, TcOffDiag{});
+  cb::chunk_block(BlockExec{}, A, blockIdx.x, blockIdx.y, sm_chunk, TcOffDiag<NTB>{});
 }
 __global__ void __launch_bounds__(kThreadsBwd) bwd_chunk_scalar_kernel(const cb::BwdArgs A) {
   extern __shared__ __align__(16) float sm_chunk[];
@@ -419,6 +429,28 @@ bool scalar_blocks() {
 int bwd_stop() {
   const char* s = std::getenv("QEDCHECK_CHUNKED_BWD_STOP");
   return s ? std::atoi(s) : 0;
+}
+// Split terms of the tensor-core products: 3 for fp32 inputs, 2 for 16-bit ones;
+// QEDCHECK_CHUNKED_BWD_TERMS=1|2|3 overrides (timing and the accuracy tests).
+int bwd_terms(bool fp32_inputs) {
+  if (const char* s = std::getenv("QEDCHECK_CHUNKED_BWD_TERMS")) {
+    const int n = std::atoi(s);
+    if (n >= 1 && n <= 3) return n;
+  }
+  return fp32_inputs ? 3 : 2;
+}
+struct TcKernels {
+  void (*prep)(cb::BwdArgs);
+  void (*state)(cb::BwdArgs);
+  void (*chunk)(cb::BwdArgs);
+};
+template <int NTB>
+TcKernels tc_kernels() {
+  return {bwd_prep_kernel<NTB>, bwd_state_tc_kernel<NTB>, bwd_chunk_kernel<NTB>};
+}
+TcKernels kernels_for(int terms) {
+  if (scalar_blocks()) return {bwd_prep_scalar_kernel, bwd_state_kernel, bwd_chunk_scalar_kernel};
+  return terms == 1 ? tc_kernels<1>() : terms == 2 ? tc_kernels<2>() : tc_kernels<3>();
 }
 
 Status check(const ChunkedBackwardParams& p) {
@@ -619,19 +651,20 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
     // benchmark cut after the recomputing forward
   } else if (result.ok() && e == cudaSuccess && L.bound > 0 && items > 0) {
     const int64_t fp = cb::prep_smem_floats(pr.K), fc = cb::chunk_smem_floats(pr.K);
-    const auto prep_kern = scalar_blocks() ? bwd_prep_scalar_kernel : bwd_prep_kernel;
+    const TcKernels kk = kernels_for(bwd_terms(p.in.q.dtype == DType::fp32));
+    const auto prep_kern = kk.prep;
     if ((e = set_smem(reinterpret_cast<const void*>(prep_kern), fp)) == cudaSuccess) {
       prep_kern<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fp * 4, st>>>(A);
       e = cudaGetLastError();
     }
     const int64_t fs = cb::state_smem_floats(pr.K);
-    const auto state_kern = scalar_blocks() ? bwd_state_kernel : bwd_state_tc_kernel;
+    const auto state_kern = kk.state;
     if (go(3) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(state_kern), fs)) == cudaSuccess) {
       state_kern<<<dim3(static_cast<unsigned>(A.N), H, static_cast<unsigned>(L.n_vt)), kThreadsBwd, fs * 4,
                    st>>>(A);
       e = cudaGetLastError();
     }
-    const auto chunk_kern = scalar_blocks() ? bwd_chunk_scalar_kernel : bwd_chunk_kernel;
+    const auto chunk_kern = kk.chunk;
     if (go(4) && e == cudaSuccess && (e = set_smem(reinterpret_cast<const void*>(chunk_kern), fc)) == cudaSuccess) {
       chunk_kern<<<dim3(static_cast<unsigned>(L.bound), H), kThreadsBwd, fc * 4, st>>>(A);
       e = cudaGetLastError();

@@ -12,7 +12,8 @@
 //               expf, as test_gpu_chunked.cpp does for the forward).
 //  bf16 inputs: relF(X) <= max(2 relF_twinbf16(X), fp32 bound), twinbf16 = the same twin with
 //               every matmul operand rounded to bf16 (README default rule for bf16 candidates);
-//               the kernel itself is fp32 except the forward's 16-bit chunk states.
+//               with bf16 inputs the kernel's products carry 16 bits (two bf16 terms per
+//               operand), the rest is fp32.
 // Replay: QED_GPU_SEED=<seed> ./test_gpu_chunked_backward --gtest_filter=<test>
 #include <algorithm>
 #include <cstring>
@@ -123,7 +124,8 @@ TEST(GpuChunkedBackward, SequenceLengthsWithAndWithoutDht) {
 }
 
 // The kernels against the host emulation of the same block functions fed with the GPU forward's
-// chunk states: only expf and fmaf contraction differ, so a larger gap is a kernel plumbing bug
+// chunk states: only expf, fmaf contraction and (bf16 inputs) the products' 16-bit operands
+// differ, so a larger gap (1e-5 with fp32 inputs, 1e-4 with bf16 ones) is a kernel plumbing bug
 // (indexing, staging, synchronisation), not mathematics.
 TEST(GpuChunkedBackward, MatchesHostEmulation) {
   REQUIRE_DEVICE();
@@ -148,8 +150,8 @@ TEST(GpuChunkedBackward, MatchesHostEmulation) {
       const auto fg = cbt::fields(r.grads), fe = cbt::fields(em);
       ASSERT_EQ(fg.size(), fe.size());
       for (size_t j = 0; j < fg.size(); ++j) {
-        const double e = cbt::relF(*fg[j].second, *fe[j].second);
-        EXPECT_TRUE(e <= 1e-5) << describe(g, dt) << ": " << fg[j].first
+        const double e = cbt::relF(*fg[j].second, *fe[j].second), tol = dt == DType::bf16 ? 1e-4 : 1e-5;
+        EXPECT_TRUE(e <= tol) << describe(g, dt) << ": " << fg[j].first
                                << " GPU vs host emulation relF " << e;
       }
     }
