@@ -9,7 +9,9 @@ fi
 jobs=${QEDCHECK_JOBS:-$(nproc)}
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-if [[ ! -f build/CMakeCache.txt ]]; then
+# Configure when no build system was generated yet (also after a configure that failed half-way,
+# e.g. run before the packages were installed: it leaves a cache but no build files).
+if [[ ! -f build/CMakeCache.txt || ( ! -f build/build.ninja && ! -f build/Makefile ) ]]; then
   cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release ${QEDCHECK_CMAKE_ARGS:-}
 fi
 cmake --build build -j "$jobs"
