@@ -73,6 +73,7 @@ struct Args {
   int vec_vw = 0;    // v, w too
   float max_diag = kMaxDiagExp2;
   int prep_stop = 0;  // benchmark hook: the prep pass returns after its phase prep_stop (0: none)
+  int load_mutant = 0;  // testing hook: the state pass's bulk loads leave out the chunk decay
 };
 
 // ---- sequences and chunks ----
@@ -200,6 +201,7 @@ int64_t blob_bytes(int K, int64_t V, Mode m);
 // Shared memory the launches need (to check against the device limit).
 int prep_smem_bytes(int K, bool fp32_inputs);
 int state_smem_bytes(int K, int MT, Mode m);
+int state_warps(int K);  // warps per block of the state pass (4, or 8 on request at K = 128)
 cudaError_t launch_chunk_base(const Args& A, int64_t* base, cudaStream_t st);
 cudaError_t launch_prep(const Args& A, bool fp32_inputs, Mode m, int64_t grid_chunks,
                         cudaStream_t st);

@@ -32,8 +32,9 @@ chunked::Seq seq_of(const SeqTensor& t) {
 }
 
 // Testing hook: QEDCHECK_CHUNKED_MUTANT=single (one bf16 term on the state path, the accuracy
-// of a plain bf16 kernel) or =nofallback (no element-wise path for steep decays). Used by the
-// GPU tests to show that their accuracy and extreme-decay checks fail on such kernels.
+// of a plain bf16 kernel), =nofallback (no element-wise path for steep decays) or =bulkload (the
+// state pass's bulk-copy loads leave out the chunk decay). Used by the GPU tests to show that
+// their accuracy, extreme-decay and load-path checks fail on such kernels.
 const char* mutant() {
   const char* m = std::getenv("QEDCHECK_CHUNKED_MUTANT");
   return m ? m : "";
@@ -59,10 +60,12 @@ int num_sms() {
   return n;
 }
 
-// Value-tile width 16*MT: the widest tile that still gives about one block per multiprocessor
-// (wider tiles re-read the workspace fewer times). Measured on an H200 (reports/device/chunked.md):
-// [8,4096,16,128] best at MT=4, [2,16384,16,128] at MT=2, [1,65536,8,128] at MT=1, which this
-// rule picks. QEDCHECK_CHUNKED_MT overrides.
+// Value-tile width 16*MT: the widest tile that still gives enough blocks to fill the machine
+// (wider tiles re-read the workspace fewer times): about two four-warp blocks per multiprocessor
+// (they share one), about one eight-warp block. Measured on an H200 (reports/device/chunked.md
+// runs 7 and 9), four warps: [8,4096,16,128] best at MT=4 (0.604 ms against 0.815 at MT=2),
+// [2,16384,16,128] at MT=1 (0.718 against 0.768), [1,65536,8,128] at MT=1; eight warps: MT = 4,
+// 2, 1. QEDCHECK_CHUNKED_MT overrides.
 int choose_mt(const ChunkedForwardParams& p, Mode m) {
   const Problem& pr = p.problem;
   const int64_t lanes = pr.sequences() * pr.H;
@@ -72,8 +75,12 @@ int choose_mt(const ChunkedForwardParams& p, Mode m) {
     const int mt = std::atoi(e);
     if ((mt == 1 || mt == 2 || mt == 4) && mt <= max_mt && vt16 % mt == 0) return mt;
   }
+  // Blocks wanted, in eighths of a multiprocessor: 14/8 for four warps with bulk loads (K = 128),
+  // 7/8 otherwise (eight warps, and K = 64 as measured before).
+  const bool four = pr.K == 128 && chunked::state_warps(128) == 4;
+  const int64_t want = (four ? 14 : 7) * int64_t{num_sms()};
   for (int mt = max_mt; mt > 1; mt /= 2)
-    if (vt16 % mt == 0 && 8 * lanes * (vt16 / mt) >= 7LL * num_sms()) return mt;
+    if (vt16 % mt == 0 && 8 * lanes * (vt16 / mt) >= want) return mt;
   return 1;
 }
 
@@ -161,6 +168,7 @@ Args make_args(const ChunkedForwardParams& p, Mode m) {
   A.vec_g = p.in.g.data && p.in.g.dtype == p.in.q.dtype && aligned16(p.in.g, elem);
   A.vec_vw = aligned16(p.in.v, elem) && (!chan_b || aligned16(p.in.w, elem));
   if (std::strcmp(mutant(), "nofallback") == 0) A.max_diag = 1e30f;
+  if (std::strcmp(mutant(), "bulkload") == 0) A.load_mutant = 1;
   // Benchmark hook: QEDCHECK_CHUNKED_PREP_STOP=k (1..7) ends the prep pass after its phase k
   // (load, decay cumsum, QED prologue, T/M, L with K^/Q~, A~, v/w load; W_a/W_z is the rest), to
   // time the phases by difference. Its workspace output is then incomplete.

@@ -1,11 +1,15 @@
 // Sequential pass of the chunked forward (MATH.md (4.3)-(4.5)): one block per (sequence, head,
 // tile of 16*MT value columns) walks the chunks in order, carrying Sᵀ in fp32 registers:
 //   Uᵀ = W_zᵀ - Sᵀ W_aᵀ,  Oᵀ = s (Sᵀ Q̃ᵀ + Uᵀ Mᵀ),  S'ᵀ = Sᵀ Diag(γ_C) + Uᵀ K̂.
-// With NW warps (8 at K = 128, 4 at K = 64), warp w owns chunk rows 64w/NW.. for U and O and key
+// With NW warps (4 by default, 8 on request at K = 128), warp w owns chunk rows 64w/NW.. for U and O and key
 // channels wK/NW.. of the state (WarpShare); the split-bf16
 // copies of Sᵀ and Uᵀ pass between warps through shared memory (two barriers per chunk). The
-// workspace fragments stream in with cp.async, one phase ahead of their use.
+// workspace fragments stream in one phase ahead of their use, by bulk copies (one instruction per
+// contiguous segment, completing on the warp's mbarrier; ncu found the cp.async loop's address
+// arithmetic and issue a fifth of the pass's stall samples at [1,65536,8,128]; the default with
+// four warps) or 16 bytes per lane by cp.async (the default with eight; see state_warps()).
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/chunked_common.cuh"
 
@@ -41,7 +45,8 @@ struct StateSizes {
   static constexpr int bufB = bKH + bMM + bGC;
   static constexpr int sbuf = MT * (K / 16) * NT * 32 * 16;
   static constexpr int ubuf = MT * 4 * NT * 32 * 16;
-  static constexpr int total = NW * bufA + NW * bufB + sbuf + ubuf;
+  static constexpr int bars = NW * 2 * 8;  // two mbarriers per warp (the bulk-copy loads)
+  static constexpr int total = NW * bufA + NW * bufB + sbuf + ubuf + bars;
 };
 
 __device__ __forceinline__ void store_out(const Args& A, int64_t idx, float x) {
@@ -71,7 +76,39 @@ __device__ __forceinline__ void warp_copy_segs(char* dst, const char* src, int c
   for (int c = 0; c < count; ++c) warp_copy(dst + c * seg, src + c * stride, seg, lane);
 }
 
-template <int K, int MT, int NT, int NTQ, int NW>
+// Bulk copies (cp.async.bulk, the copy engine) completing on an mbarrier: one instruction per
+// contiguous segment instead of one cp.async of 16 bytes per lane and step of a loop.
+__device__ __forceinline__ uint32_t sh_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sh_addr(dst)),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+// This warp's part of one load: `count` segments of `seg` bytes, `stride` apart in global memory,
+// to consecutive places in shared memory (one segment when they are contiguous), spread over the
+// lanes from lane `base` on (base counts the segments of the load's earlier groups).
+__device__ __forceinline__ void bulk_segs(char* dst, const char* src, int count, int seg, int stride, int lane,
+                                          int& base, uint32_t bar) {
+  if (seg == stride) seg *= count, count = 1;
+  for (int j = (lane - base) & 31; j < count; j += 32) bulk_copy(dst + j * seg, src + static_cast<int64_t>(j) * stride, seg, bar);
+  base += count;
+}
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n"
+      "STATE_BAR_WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+      "@!p bra STATE_BAR_WAIT;\n\t}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// LD: how the fragments come in: 0 cp.async (16 bytes per lane and instruction, waited for by
+// commit groups), 1 bulk copies on two mbarriers per warp (the default; bitwise the same data).
+template <int K, int MT, int NT, int NTQ, int NW, int LD>
 __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
   using Lw = WsLayout<K, NT, NTQ>;
   using Z = StateSizes<K, MT, NT, NTQ, NW>;
@@ -92,11 +129,53 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
   char* bufB = reinterpret_cast<char*>(sm) + NW * Z::bufA + warp * Z::bufB;
   uint4* Sbuf = reinterpret_cast<uint4*>(sm + NW * Z::bufA + NW * Z::bufB);
   uint4* Ubuf = reinterpret_cast<uint4*>(sm + NW * Z::bufA + NW * Z::bufB + Z::sbuf);
+  // LD = 1: this warp's mbarriers for its A and B fragments (each completes once per chunk, so
+  // chunk ci waits for parity ci & 1 on both).
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sm + NW * Z::bufA + NW * Z::bufB + Z::sbuf + Z::ubuf);
+  const uint32_t barA = sh_addr(bars + 2 * warp), barB = sh_addr(bars + 2 * warp + 1);
+  if (LD == 1 && lane == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barA) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barB) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncwarp();
 
   // This warp's fragments of the blob (layouts in chunked_common.cuh): -W_aᵀ and Q̃ᵀ slots
   // [rb][kb][nt0..][lane], W_zᵀ tiles [vb][rb][nt0..][lane]; K̂ slots [qs][kb][nq0..][lane],
   // Mᵀ slots [rb][kb <= rb][nt0..][lane], and the decay of its channels.
+  // LD = 1: lane 0 announces the bytes, then every lane issues its segments (after a proxy fence:
+  // the buffer's last generic reads, ordered by the block barrier before every load, come first).
+  constexpr int kBytesA = NKB * RT * (FB + FQ) + MT * RT * 512;
+  auto loadA_bulk = [&](int64_t ci) {
+    const char* bl = blob_ptr(A, c0 + ci, h);
+    if (lane == 0)
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barA), "r"(kBytesA) : "memory");
+    __syncwarp();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    int base = 0;
+    bulk_segs(bufA, bl + Lw::kWA + (rb * NKB * 2 + nt0) * FB, NKB, RT * FB, 2 * FB, lane, base, barA);
+    bulk_segs(bufA + Z::aWA, bl + Lw::kQT + (rb * NKB * 2 + nt0) * FQ, NKB, RT * FQ, 2 * FQ, lane, base, barA);
+    bulk_segs(bufA + Z::aWA + Z::aQT, bl + Lw::kWZ + (((vt * MT) * 4 + rb) * 2 + nt0) * 512, MT, RT * 512, 4 * 2 * 512,
+              lane, base, barA);
+  };
+  auto loadB_bulk = [&](int64_t ci) {
+    const char* bl = blob_ptr(A, c0 + ci, h);
+    const int bytes = 4 * NN * FB + (rb + 1) * RT * FQ + (A.load_mutant ? 0 : KW * 4);
+    if (lane == 0)
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barB), "r"(bytes) : "memory");
+    __syncwarp();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    int base = 0;
+    bulk_segs(bufB, bl + Lw::kKH + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB, Sh::NQ4 * FB, lane, base, barB);
+    bulk_segs(bufB + Z::bKH, bl + Lw::kMM + (rb * 4 * 2 + nt0) * FQ, rb + 1, RT * FQ, 2 * FQ, lane, base, barB);
+    if (!A.load_mutant)  // testing hook: the decay of this warp's channels is never loaded
+      bulk_segs(bufB + Z::bKH + Z::bMM, bl + Lw::kGC + warp * KW * 4, 1, KW * 4, KW * 4, lane, base, barB);
+  };
   auto loadA = [&](int64_t ci) {
+    if constexpr (LD == 1) {
+      loadA_bulk(ci);
+      return;
+    }
     const char* bl = blob_ptr(A, c0 + ci, h);
     warp_copy_segs(bufA, bl + Lw::kWA + (rb * NKB * 2 + nt0) * FB, NKB, RT * FB, 2 * FB, lane);
     warp_copy_segs(bufA + Z::aWA, bl + Lw::kQT + (rb * NKB * 2 + nt0) * FQ, NKB, RT * FQ, 2 * FQ, lane);
@@ -108,6 +187,10 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
     }
   };
   auto loadB = [&](int64_t ci) {
+    if constexpr (LD == 1) {
+      loadB_bulk(ci);
+      return;
+    }
     const char* bl = blob_ptr(A, c0 + ci, h);
     warp_copy_segs(bufB, bl + Lw::kKH + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB, Sh::NQ4 * FB, lane);
     warp_copy_segs(bufB + Z::bKH, bl + Lw::kMM + (rb * 4 * 2 + nt0) * FQ, rb + 1, RT * FQ, 2 * FQ, lane);
@@ -145,7 +228,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
   };
   writeS();
   if (nch > 0) loadA(0);
-  cp_commit();
+  if constexpr (LD == 0) cp_commit();
   __syncthreads();
 
   for (int64_t ci = 0; ci < nch; ++ci) {
@@ -162,8 +245,12 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
     const int64_t rem = sp.len - ci * kC;
     const int Cn = rem < kC ? static_cast<int>(rem) : kC;
     loadB(ci);
-    cp_commit();
-    cp_wait<1>();
+    if constexpr (LD == 0) {
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      bar_wait(barA, static_cast<uint32_t>(ci & 1));
+    }
     __syncwarp();
 
     // ---- phase A: Uᵀ and Sᵀ Q̃ᵀ for this warp's chunk rows ----
@@ -245,8 +332,12 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
     }
     __syncthreads();
     if (ci + 1 < nch) loadA(ci + 1);
-    cp_commit();
-    cp_wait<1>();
+    if constexpr (LD == 0) {
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      bar_wait(barB, static_cast<uint32_t>(ci & 1));
+    }
     __syncwarp();
 
     // ---- phase B: state update of this warp's channels, and the read-out of its rows ----
@@ -309,7 +400,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
     }
     __syncthreads();
   }
-  cp_wait<0>();
+  if constexpr (LD == 0) cp_wait<0>();
   if (A.ht) {
 #pragma unroll
     for (int m = 0; m < MT; ++m)
@@ -321,21 +412,35 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
   }
 }
 
-// Warps per block of the state pass: 8 at K = 128 (measured on the H200 against 4, same call,
-// whole forward [8,4096,16,128] 1.672 -> 1.609 ms, [2,16384,16,128] 1.780 -> 1.751,
-// [1,65536,8,128] 3.515 -> 3.131; reports/device/chunked.md run 7), 4 at K = 64.
-// QEDCHECK_CHUNKED_STATE_WARPS=4 keeps the four-warp launch at K = 128 (side-by-side timing and
-// the bitwise test).
+}  // namespace
+
+// Warps per block of the state pass and how its fragments arrive, measured on the H200 with both
+// in one call (reports/device/chunked.md run 9, whole forwards): four warps with bulk copies
+// 1.676 / 1.781 / 2.977 ms at [8,4096,16,128] / [2,16384,16,128] / [1,65536,8,128], eight warps
+// with cp.async 1.800 / 1.772 / 3.125, eight warps with bulk copies 1.714 / 1.941 / 3.699. So
+// four warps with bulk copies by default at K = 128, cp.async whenever eight warps are asked for
+// (and at K = 64, not timed with bulk copies).
+// QEDCHECK_CHUNKED_STATE_WARPS=4|8 (8 only at K = 128) and QEDCHECK_CHUNKED_STATE_LOAD=bulk|cpasync
+// override (side-by-side timing and the bitwise tests).
 int state_warps(int K) {
   if (K != 128) return 4;
   const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_WARPS");
-  return e && std::atoi(e) == 4 ? 4 : 8;
+  return e && std::strcmp(e, "8") == 0 ? 8 : 4;
+}
+
+namespace {
+
+bool bulk_loads(int K, int warps) {
+  const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_LOAD");
+  if (e && std::strcmp(e, "bulk") == 0) return true;
+  if (e && std::strcmp(e, "cpasync") == 0) return false;
+  return K == 128 && warps == 4;  // K = 64 keeps the cp.async loads it was measured with
 }
 
 template <int K, int MT, int NT, int NTQ, int NW>
 cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
   using Z = StateSizes<K, MT, NT, NTQ, NW>;
-  auto kern = state_kernel<K, MT, NT, NTQ, NW>;
+  auto kern = bulk_loads(K, NW) ? state_kernel<K, MT, NT, NTQ, NW, 1> : state_kernel<K, MT, NT, NTQ, NW, 0>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
   if (e != cudaSuccess) return e;
   const int64_t vt = A.V / (16 * MT);

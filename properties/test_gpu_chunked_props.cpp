@@ -150,8 +150,8 @@ TEST(GpuChunkedProps, PrepWarpSplitsAgreeBitwise) {
   }
 }
 
-// The state pass on eight warps (the default at K = 128) gives every warp half
-// the chunk rows and half the key channels of the four-warp launch but runs each output's mma chain
+// The state pass on eight warps (QEDCHECK_CHUNKED_STATE_WARPS=8, K = 128) gives every warp half
+// the chunk rows and half the key channels of the four-warp launch (the default) but runs each output's mma chain
 // in the same order, so the two must agree bit for bit: every variant and arm, V = 64 and 128,
 // every value-tile width (QEDCHECK_CHUNKED_MT), both input dtypes and the single-term mode, varlen
 // with an empty sequence and h0. A wrongly placed fragment (a K̂ or W_a slot of the other half, a
@@ -175,8 +175,12 @@ TEST(GpuChunkedProps, StateWarpSplitsAgreeBitwise) {
       for (const char* mt : {"1", "2", "4"}) {
         if (dt == DType::fp32 && std::string(mt) == "4") continue;  // fp32 tiles are 32 columns at most
         ScopedEnv tile("QEDCHECK_CHUNKED_MT", mt);
-        const auto eight = kernels::run_chunked(in, dt, true);
-        kernels::ChunkedHostRun four;
+        ScopedEnv load("QEDCHECK_CHUNKED_STATE_LOAD", "cpasync");  // the warp split alone
+        kernels::ChunkedHostRun eight, four;
+        {
+          ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", "8");
+          eight = kernels::run_chunked(in, dt, true);
+        }
         {
           ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", "4");
           four = kernels::run_chunked(in, dt, true);
@@ -191,6 +195,77 @@ TEST(GpuChunkedProps, StateWarpSplitsAgreeBitwise) {
       }
     }
   }
+}
+
+// The state pass's fragments arrive by bulk copies on per-warp mbarriers (the default with four
+// warps at K = 128) or by cp.async (QEDCHECK_CHUNKED_STATE_LOAD=bulk|cpasync): the same bytes in
+// the same places, so the two must agree bit for bit: every variant and arm, K = 64 and 128 (four
+// and, at K = 128, eight warps), V = 64 and 128, every tile width, bf16, the single-term mode and
+// fp32, varlen with sequences of 0, 1, 3 and 5 chunks and h0. A
+// segment placed wrongly, a byte count that lets a warp read before its copy lands, or a parity
+// off by one changes bits here. Its mutant (the chunk decay never loaded) must differ.
+TEST(GpuChunkedProps, StateLoadPathsAgreeBitwise) {
+  REQUIRE_DEVICE();
+  int i = 0;
+  for (const auto& [v, a] : all_variants()) {
+    for (const char* mode : {"", "single", "fp32"}) {
+      const DType dt = std::string(mode) == "fp32" ? DType::fp32 : DType::bf16;
+      fixtures::GenSpec g;
+      g.variant = v;
+      g.arm = a;
+      g.dims = {1, 500, 2, i % 3 ? 128 : 64, i % 2 ? 128 : 64};
+      g.seqlens = {130, 0, 64, 1, 305};
+      g.regime = i % 2 ? Regime::hard : Regime::mixed;
+      g.with_h0 = true;
+      g.seed = base_seed() + 270 + static_cast<uint64_t>(i++);
+      const auto in = fixtures::generate(g);
+      ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", dt == DType::fp32 ? "" : mode);
+      for (const char* mt : {"1", "2", "4"}) {
+        if (dt == DType::fp32 && std::string(mt) == "4") continue;  // fp32 tiles are 32 columns at most
+        ScopedEnv tile("QEDCHECK_CHUNKED_MT", mt);
+        for (const char* nw : {"4", "8"}) {
+          if (g.dims.K != 128 && std::string(nw) == "8") continue;  // eight warps only at K = 128
+          ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", nw);
+          kernels::ChunkedHostRun bulk, cp;
+          {
+            ScopedEnv load("QEDCHECK_CHUNKED_STATE_LOAD", "bulk");
+            bulk = kernels::run_chunked(in, dt, true);
+          }
+          {
+            ScopedEnv load("QEDCHECK_CHUNKED_STATE_LOAD", "cpasync");
+            cp = kernels::run_chunked(in, dt, true);
+          }
+          EXPECT_TRUE(all_finite(bulk.outputs.o) && all_finite(bulk.outputs.ht))
+              << describe(g, dt) << " mode '" << mode << "' MT " << mt << " warps " << nw << ": non-finite outputs";
+          EXPECT_TRUE(bulk.outputs.o == cp.outputs.o && bulk.outputs.ht == cp.outputs.ht &&
+                      bulk.chunk_states == cp.chunk_states)
+              << describe(g, dt) << " mode '" << mode << "' MT " << mt << " warps " << nw
+              << ": bulk-copy and cp.async state pass differ (o " << rel_err(bulk.outputs.o, cp.outputs.o)
+              << ", ht " << rel_err(bulk.outputs.ht, cp.outputs.ht) << ")";
+        }
+      }
+    }
+  }
+  // Mutation check: the same comparison must see the missing decay.
+  fixtures::GenSpec g;
+  g.variant = Variant::qed;
+  g.arm = Arm::full;
+  g.dims = {1, 500, 2, 128, 128};
+  g.seqlens = {130, 0, 64, 1, 305};
+  g.seed = base_seed() + 299;
+  const auto in = fixtures::generate(g);
+  kernels::ChunkedHostRun cp, bad;
+  {
+    ScopedEnv load("QEDCHECK_CHUNKED_STATE_LOAD", "cpasync");
+    cp = kernels::run_chunked(in, DType::bf16, true);
+  }
+  {
+    ScopedEnv load("QEDCHECK_CHUNKED_STATE_LOAD", "bulk");
+    ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", "bulkload");
+    bad = kernels::run_chunked(in, DType::bf16, true);
+  }
+  EXPECT_FALSE(cp.outputs.o == bad.outputs.o && cp.outputs.ht == bad.outputs.ht)
+      << "the bulkload mutant was not detected";
 }
 
 fixtures::GenSpec steep(Variant v, Arm a, uint64_t seed) {
