@@ -60,6 +60,26 @@ struct Ctx {
     if (variant != kQed) return bb * kk;
     return fmaf(bb, kk, fmaf(lam, mval(r, c), -s.coef[r] * kk));
   }
+  // The same value from already loaded k, b, q (the same operations in the same order).
+  __device__ float aval_of(float kk, float bb, float qq, int r, int c) const {
+    if (variant != kQed) return bb * kk;
+    const float m = arm == kArmFull ? bb * qq : (arm == kArmRand ? bb * s.r[c] : qq);
+    return fmaf(bb, kk, fmaf(lam, m, -s.coef[r] * kk));
+  }
+  // Channels c, c+1 (c even) of row r: k, b, q by one 32-bit (bf16) or 64-bit (fp32) load each.
+  __device__ void pair(int r, int c, float (&k2)[2], float (&b2)[2], float (&q2)[2]) const {
+    ld2(&s.u.in.k[r][c], k2);
+    ld2(&s.u.in.b[r][c], b2);
+    ld2(&s.u.in.q[r][c], q2);
+  }
+  __device__ static void ld2(const float* p, float (&x)[2]) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    x[0] = v.x, x[1] = v.y;
+  }
+  __device__ static void ld2(const __nv_bfloat16* p, float (&x)[2]) {
+    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+    x[0] = v.x, x[1] = v.y;
+  }
 };
 
 // 2^x by the special-function unit, subnormal results flushed to zero (exp2f adds a rescaling
@@ -285,9 +305,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
             const int r = r0 + ((reg & 1) ? 8 : 0), c = c0 + ((reg & 2) ? 8 : 0);
             const float e0 = ex2(s.G[r][c] - (p < 0 ? 0.f : s.G[p][c]));
             const float e1 = ex2(s.G[r][c + 1] - (p < 0 ? 0.f : s.G[p][c + 1]));
+            float k2[2], b2[2], q2[2];
+            X.pair(r, c, k2, b2, q2);
             uint32_t x[NT], y[NTQ];
-            split2<NT>(X.aval(r, c) * e0, X.aval(r, c + 1) * e1, x);
-            split2<NTQ>(X.qf(r, c) * e0, X.qf(r, c + 1) * e1, y);
+            split2<NT>(X.aval_of(k2[0], b2[0], q2[0], r, c) * e0, X.aval_of(k2[1], b2[1], q2[1], r, c + 1) * e1, x);
+            split2<NTQ>(q2[0] * e0, q2[1] * e1, y);
 #pragma unroll
             for (int i = 0; i < NT; ++i) aT[4 * i + reg] = x[i];
 #pragma unroll
@@ -436,9 +458,24 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
     for (int r = 0; r < kC; ++r) s.T[r][tid] = l[r];
   }
   // ---- Ã = A ⊙ Γ in place of G; q, k, b are then free for v and w ----
-  for (int i = tid; i < kC * K; i += NTH) {
-    const int r = i / K, c = i % K;
-    s.G[r][c] = X.aval(r, c) * ex2(s.G[r][c]);
+  // Eight channels per item (16 bytes of bf16 k, b, q; two items of four for fp32).
+  {
+    constexpr int VE = 16 / sizeof(InT), NV = K / VE;
+    for (int i = tid; i < kC * NV; i += NTH) {
+      const int r = i / NV, c0 = (i % NV) * VE;
+      const uint4 uk = *reinterpret_cast<const uint4*>(&s.u.in.k[r][c0]);
+      const uint4 ub = *reinterpret_cast<const uint4*>(&s.u.in.b[r][c0]);
+      uint4 uq = make_uint4(0, 0, 0, 0);  // q enters a only for QED
+      if (qed) uq = *reinterpret_cast<const uint4*>(&s.u.in.q[r][c0]);
+      const InT* ek = reinterpret_cast<const InT*>(&uk);
+      const InT* eb = reinterpret_cast<const InT*>(&ub);
+      const InT* eq = reinterpret_cast<const InT*>(&uq);
+#pragma unroll
+      for (int e = 0; e < VE; ++e) {
+        const int c = c0 + e;
+        s.G[r][c] = X.aval_of(to_f(ek[e]), to_f(eb[e]), to_f(eq[e]), r, c) * ex2(s.G[r][c]);
+      }
+    }
   }
   __syncthreads();
   if (A.prep_stop == 6) return;
