@@ -460,8 +460,56 @@ def copy_bandwidth():
     return 2 * n / (med * 1e-3)
 
 
-def timings(lib, log, quick, have_peer, bw):
+# State-pass configurations beside the default (four warps, bulk loads at K = 128): row-name tag,
+# QEDCHECK_CHUNKED_STATE_WARPS, QEDCHECK_CHUNKED_STATE_LOAD.
+STATE_CONFIGS = (("w4bulk", "4", "bulk"), ("w4cp", "4", "cpasync"), ("w8cp", "8", "cpasync"),
+                 ("w8bulk", "8", "bulk"))
+
+
+def explore_forward(row, run):
+    """Rows beside the default forward: the prep pass on 4 warps; for each state-pass
+    configuration the pass alone at each tile width and the whole forward at its default width;
+    the whole default forward at each tile width."""
+    os.environ["QEDCHECK_CHUNKED_ONLY"] = "prep"
+    os.environ["QEDCHECK_CHUNKED_PREP_WARPS"] = "4"  # the prep pass with 4 warps per block
+    row["prep_4w_ms"] = time_ms(run)[0]
+    del os.environ["QEDCHECK_CHUNKED_ONLY"]
+    row["ours_gdn2_4w_ms"] = time_ms(run)[0]
+    del os.environ["QEDCHECK_CHUNKED_PREP_WARPS"]
+    for tag, warps, load in STATE_CONFIGS:
+        os.environ["QEDCHECK_CHUNKED_STATE_WARPS"] = warps
+        os.environ["QEDCHECK_CHUNKED_STATE_LOAD"] = load
+        row[f"ours_gdn2_{tag}_ms"] = time_ms(run)[0]
+        os.environ["QEDCHECK_CHUNKED_ONLY"] = "state"
+        for mt in (1, 2, 4):
+            os.environ["QEDCHECK_CHUNKED_MT"] = str(mt)
+            row[f"state_{tag}_mt{mt}_ms"] = time_ms(run)[0]
+        del os.environ["QEDCHECK_CHUNKED_MT"]
+        del os.environ["QEDCHECK_CHUNKED_ONLY"]
+    del os.environ["QEDCHECK_CHUNKED_STATE_WARPS"]
+    del os.environ["QEDCHECK_CHUNKED_STATE_LOAD"]
+    for mt in (1, 2, 4):
+        os.environ["QEDCHECK_CHUNKED_MT"] = str(mt)
+        row[f"ours_gdn2_mt{mt}_ms"] = time_ms(run)[0]
+    del os.environ["QEDCHECK_CHUNKED_MT"]
+
+
+def explore_qed(lib, row, x, xq, o, ht):
+    """QED on the eight-warp state pass, and the one-term mutant."""
+    os.environ["QEDCHECK_CHUNKED_STATE_WARPS"] = "8"
+    row["ours_qed_w8cp_ms"] = time_ms(lib.prepare(xq, o, ht))[0]
+    del os.environ["QEDCHECK_CHUNKED_STATE_WARPS"]
+    os.environ["QEDCHECK_CHUNKED_MUTANT"] = "single"
+    row["ours_single_ms"] = time_ms(lib.prepare(x, o, ht))[0]
+    del os.environ["QEDCHECK_CHUNKED_MUTANT"]
+
+
+def timings(lib, log, quick, have_peer, bw, pick=None, lean=False):
+    """pick: 1-based indices of the shapes to time (all three by default); lean: only the rows of
+    the README table and of the QED split (no warp-count, load-path or one-term exploration)."""
     shapes = [(8, 4096, 16, 128), (2, 16384, 16, 128), (1, 65536, 8, 128)]
+    if pick:
+        shapes = [shapes[i - 1] for i in pick]
     if quick:
         shapes = [(2, 4096, 16, 128)]
     rows = []
@@ -476,20 +524,9 @@ def timings(lib, log, quick, have_peer, bw):
         row["ours_gdn2_ms"] = time_ms(run)[0]
         os.environ["QEDCHECK_CHUNKED_ONLY"] = "prep"
         row["prep_ms"] = time_ms(run)[0]
-        os.environ["QEDCHECK_CHUNKED_PREP_WARPS"] = "4"  # the prep pass with 4 warps per block
-        row["prep_4w_ms"] = time_ms(run)[0]
         del os.environ["QEDCHECK_CHUNKED_ONLY"]
-        row["ours_gdn2_4w_ms"] = time_ms(run)[0]
-        del os.environ["QEDCHECK_CHUNKED_PREP_WARPS"]
-        os.environ["QEDCHECK_CHUNKED_ONLY"] = "state"
-        for warps in ("8", "4"):  # the state pass on 8 (the default at K = 128) and 4 warps per block
-            os.environ["QEDCHECK_CHUNKED_STATE_WARPS"] = warps
-            for mt in (1, 2, 4):
-                os.environ["QEDCHECK_CHUNKED_MT"] = str(mt)
-                row[f"state{'' if warps == '8' else '4'}_mt{mt}_ms"] = time_ms(run)[0]
-        del os.environ["QEDCHECK_CHUNKED_STATE_WARPS"]
-        del os.environ["QEDCHECK_CHUNKED_MT"]
-        del os.environ["QEDCHECK_CHUNKED_ONLY"]
+        if not lean:
+            explore_forward(row, run)
         xq = dict(x)
         xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
         run_q = lib.prepare(xq, o, ht)
@@ -499,14 +536,8 @@ def timings(lib, log, quick, have_peer, bw):
             row[f"qed_{only}_ms"] = time_ms(run_q)[0]
             row[f"gdn2_{only}_ms"] = time_ms(run)[0]
         del os.environ["QEDCHECK_CHUNKED_ONLY"]
-        for warps in ("4", "8"):  # whole forwards with either state pass (its default tile width)
-            os.environ["QEDCHECK_CHUNKED_STATE_WARPS"] = warps
-            row[f"ours_gdn2_s{warps}_ms"] = time_ms(run)[0]
-            row[f"ours_qed_s{warps}_ms"] = time_ms(lib.prepare(xq, o, ht))[0]
-        del os.environ["QEDCHECK_CHUNKED_STATE_WARPS"]
-        os.environ["QEDCHECK_CHUNKED_MUTANT"] = "single"
-        row["ours_single_ms"] = time_ms(lib.prepare(x, o, ht))[0]
-        del os.environ["QEDCHECK_CHUNKED_MUTANT"]
+        if not lean:
+            explore_qed(lib, row, x, xq, o, ht)
         if have_peer:
             row["peer_ms"] = time_ms(lambda: peer_call(x))[0]
             row["speedup"] = row["peer_ms"] / row["ours_gdn2_ms"]
@@ -697,7 +728,15 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--only", default="diag,check,accuracy,timing,bwdcheck,bwdtiming")
+    ap.add_argument("--shapes", default="1,2,3", help="forward timing shapes, 1-based (default all three)")
+    ap.add_argument("--lean", action="store_true", help="forward timing: the default rows only")
     args = ap.parse_args()
+    try:
+        pick = [int(i) for i in args.shapes.split(",")]
+        if not pick or any(i < 1 or i > 3 for i in pick):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--shapes {args.shapes!r}: a comma-separated list of 1, 2, 3")
     if not args.lib and not args.lib_dir:
         ap.error("give --lib PATH or --lib-dir BUILD")
     if not args.lib:
@@ -734,7 +773,7 @@ def main():
         bw = copy_bandwidth()
         log(f"[bandwidth] device-to-device copy {bw / 1e12:.2f} TB/s (read + write)")
         try:
-            res["timing"] = timings(lib, log, args.quick, have_peer, bw)
+            res["timing"] = timings(lib, log, args.quick, have_peer, bw, pick, args.lean)
         except Exception as e:  # noqa: BLE001
             log(f"[timing] FAILED: {e!r}")
     if "bwdtiming" in only:
@@ -773,27 +812,33 @@ def main():
               [[f"{r['phase']} {r['name']}", f"{r['gdn2_ms']:.3f}", f"{r['gdn2_phase_ms']:.3f}", f"{r['qed_ms']:.3f}",
                 f"{r['qed_phase_ms']:.3f}"] for r in res["phases"]])
     if res.get("timing"):
+        tr = res["timing"]
+        explored = "state_w4bulk_mt1_ms" in tr[0]
+
+        def ms(r, *keys):
+            return "/".join(f"{r.get(k, nan):.3f}" for k in keys)
         # Whole forwards against the peer, then the two passes alone (no peer column: the peer's
         # time is only comparable with a whole forward).
         table(["shape", "floor ms", "ours gdn2 ms", "ours qed ms", "ours, prep 4 warps ms", "single-term ms", "peer ms",
                "speed-up"],
-              [[r["shape"], f"{r['floor_ms']:.3f}", f"{r['ours_gdn2_ms']:.3f}", f"{r['ours_qed_ms']:.3f}",
-                f"{r['ours_gdn2_4w_ms']:.3f}", f"{r['ours_single_ms']:.3f}", f"{r.get('peer_ms', nan):.3f}",
-                f"{r.get('speedup', nan):.2f}x"] for r in res["timing"]])
-        table(["shape", "prep pass ms", "prep pass, 4 warps ms", "state pass mt1/2/4 ms"],
-              [[r["shape"], f"{r['prep_ms']:.3f}", f"{r['prep_4w_ms']:.3f}",
-                f"{r['state_mt1_ms']:.3f}/{r['state_mt2_ms']:.3f}/{r['state_mt4_ms']:.3f}"] for r in res["timing"]])
-        # The state pass on 4 and 8 warps per block: whole forwards at the default tile width, and
-        # the four-warp pass alone at each width (the table above has the default, eight warps).
-        table(["shape", "ours gdn2, state 4 warps ms", "ours gdn2, state 8 warps ms", "ours qed, state 4 warps ms",
-               "ours qed, state 8 warps ms", "state pass 4 warps mt1/2/4 ms"],
-              [[r["shape"], f"{r['ours_gdn2_s4_ms']:.3f}", f"{r['ours_gdn2_s8_ms']:.3f}", f"{r['ours_qed_s4_ms']:.3f}",
-                f"{r['ours_qed_s8_ms']:.3f}",
-                f"{r['state4_mt1_ms']:.3f}/{r['state4_mt2_ms']:.3f}/{r['state4_mt4_ms']:.3f}"] for r in res["timing"]])
+              [[r["shape"], ms(r, "floor_ms"), ms(r, "ours_gdn2_ms"), ms(r, "ours_qed_ms"), ms(r, "ours_gdn2_4w_ms"),
+                ms(r, "ours_single_ms"), ms(r, "peer_ms"), f"{r.get('speedup', nan):.2f}x"] for r in tr])
+        if explored:
+            table(["shape", "prep pass ms", "prep pass, 4 warps ms", "whole forward mt1/2/4 ms"],
+                  [[r["shape"], ms(r, "prep_ms"), ms(r, "prep_4w_ms"),
+                    ms(r, "ours_gdn2_mt1_ms", "ours_gdn2_mt2_ms", "ours_gdn2_mt4_ms")] for r in tr])
+            # The state pass's configurations: whole forwards (each at its default tile width) and
+            # the pass alone at each width, all in the same call.
+            tags = [t for t, _, _ in STATE_CONFIGS]
+            table(["shape", "whole forward " + " / ".join(tags) + " ms"]
+                  + [f"state {t} mt1/2/4 ms" for t in tags],
+                  [[r["shape"], ms(r, *[f"ours_gdn2_{t}_ms" for t in tags])]
+                   + [ms(r, f"state_{t}_mt1_ms", f"state_{t}_mt2_ms", f"state_{t}_mt4_ms") for t in tags]
+                   for r in tr])
         # Where QED's extra time goes: each pass alone, GDN-2 and QED (full, lambda = 1).
         table(["shape", "prep gdn2 ms", "prep qed ms", "state gdn2 ms", "state qed ms"],
-              [[r["shape"], f"{r['gdn2_prep_ms']:.3f}", f"{r['qed_prep_ms']:.3f}", f"{r['gdn2_state_ms']:.3f}",
-                f"{r['qed_state_ms']:.3f}"] for r in res["timing"]])
+              [[r["shape"], ms(r, "gdn2_prep_ms"), ms(r, "qed_prep_ms"), ms(r, "gdn2_state_ms"), ms(r, "qed_state_ms")]
+               for r in tr])
     if res.get("bwdtiming"):
         # Whole forward + backward against the peer's, then our two halves alone (no peer column:
         # the peer's time is only comparable with a whole step).
