@@ -212,7 +212,7 @@ def main():
               [cfg("stream", "QED_REC_DECODE_STREAM", x) for x in ("8x2x2", "8x2x3")] + \
               [cfg("tma", "QED_REC_DECODE_TMA", x) for x in ("8x2x2", "8x2x3")] + \
               [cfg("tmae", "QED_REC_DECODE_TMA", x) for x in ("8x2x2", "8x2x3")] + \
-              [cfg("tmas", "QED_REC_DECODE_TMA", x) for x in ("8x2x2", "8x2x3")] + \
+              [cfg("tmas", "QED_REC_DECODE_TMA", x) for x in ("8x2x2", "8x2x3", "16x4x2")] + \
               [("tmas 8x2x2 L2 hint", {"QED_REC_DECODE_KERNEL": "tmas", "QED_REC_DECODE_TMA": "8x2x2",
                                        "QED_REC_DECODE_L2HINT": "1"})] + \
               [cfg("lat", "QED_REC_DECODE_LAT", "4x16")]
