@@ -625,18 +625,18 @@ def backward_vs_peer(lib, log):
         x = make_inputs(1, 512, 2, 128, 128, "gdn2", "none", regime, torch.bfloat16, seed=300 + i)
         do = torch.randn(1, 512, 2, 128, device=DEV).to(torch.bfloat16)
         ours = lib.backward(x, do)
-        os.environ["QEDCHECK_CHUNKED_BWD_TERMS"] = "1"  # one bf16 term per product operand
+        os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = "v1"  # the former pipeline, side by side
         try:
             ours1 = lib.backward(x, do)
         finally:
-            os.environ.pop("QEDCHECK_CHUNKED_BWD_TERMS", None)
+            os.environ.pop("QEDCHECK_CHUNKED_BWD_IMPL", None)
         leaves = peer_fwd_bwd(x, do)
         torch.cuda.synchronize()
         names = ("q", "k", "v", "g", "b", "w")
         ref = ref_grads(x, do, names)
         for n, leaf in zip(names, leaves):
             row = {"regime": regime, "grad": "d" + n, "ours": relF(ours["d" + n], ref[n]),
-                   "ours_terms1": relF(ours1["d" + n], ref[n]), "peer": relF(leaf.grad, ref[n])}
+                   "ours_v1": relF(ours1["d" + n], ref[n]), "peer": relF(leaf.grad, ref[n])}
             rows.append(row)
             log("[bwd vs peer] " + json.dumps(row))
     return rows
@@ -666,10 +666,11 @@ def timings_backward(lib, log, quick, have_peer):
         row = {"shape": f"[{B},{T},{H},{D}]", "ws_gb": lib.wsb.numel() / 1e9}
         row["ours_fwd_ms"] = time_ms(fwd)[0]
         row["ours_bwd_ms"] = time_ms(bwd)[0]
-        for terms in ("1", "3"):  # split terms of the backward's products (default 2 for bf16)
-            os.environ["QEDCHECK_CHUNKED_BWD_TERMS"] = terms
-            row[f"ours_bwd_terms{terms}_ms"] = time_ms(bwd)[0]
-        os.environ.pop("QEDCHECK_CHUNKED_BWD_TERMS", None)
+        os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = "v1"  # the former pipeline, for the side-by-side row
+        try:
+            row["ours_bwd_v1_ms"] = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16), warmup=1, reps=3)[0]
+        finally:
+            os.environ.pop("QEDCHECK_CHUNKED_BWD_IMPL", None)
         row["ours_fwdbwd_ms"] = time_ms(lambda: (fwd(), bwd()))[0]
         xq = dict(x)
         xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
@@ -691,29 +692,31 @@ def timings_backward(lib, log, quick, have_peer):
     return rows
 
 
-def backward_phases(lib, log):
+def backward_phases(lib, log, impls=("v2", "v1")):
     """The backward cut after each of its passes (QEDCHECK_CHUNKED_BWD_STOP=k), GDN-2 at
-    [8,4096,16,128] bf16: each pass's cost is the difference of neighbouring cuts."""
-    names = ["recompute forward", "prep", "reverse state sweep", "chunk (decay factors)", "token VJP"]
+    [8,4096,16,128] bf16, for each pipeline (QEDCHECK_CHUNKED_BWD_IMPL): each pass's cost is the
+    difference of neighbouring cuts."""
+    names = {"v2": ["recompute forward (+ U, backward blobs)", "reverse sweep", "gradients + token VJP"],
+             "v1": ["recompute forward", "prep", "reverse state sweep", "chunk (decay factors)", "token VJP"]}
     B, T, H, D = 8, 4096, 16, 128
     x = make_inputs(B, T, H, D, D, "gdn2", "none", "std", torch.bfloat16, seed=3)
     do = torch.randn(B, T, H, D, device=DEV).to(torch.bfloat16)
     gr = lib.grad_buffers(x, B, torch.bfloat16)
     rows = []
     try:
-        for terms in ("3", "2", "1"):  # split terms of the products (2: the bf16 default)
-            os.environ["QEDCHECK_CHUNKED_BWD_TERMS"] = terms
+        for impl in impls:
+            os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = impl
             prev = 0.0
-            for k in range(1, 6):
+            for k in range(1, len(names[impl]) + 1):
                 os.environ["QEDCHECK_CHUNKED_BWD_STOP"] = str(k)
                 ms = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16), warmup=1, reps=3)[0]
-                rows.append({"pass": k, "name": f"{names[k - 1]} (terms {terms})", "cum_ms": ms,
+                rows.append({"pass": k, "name": f"{impl}: {names[impl][k - 1]}", "cum_ms": ms,
                              "pass_ms": ms - prev})
                 prev = ms
                 log("[bwd phases] " + json.dumps(rows[-1]))
     finally:
         os.environ.pop("QEDCHECK_CHUNKED_BWD_STOP", None)
-        os.environ.pop("QEDCHECK_CHUNKED_BWD_TERMS", None)
+        os.environ.pop("QEDCHECK_CHUNKED_BWD_IMPL", None)
     del x, do, gr
     lib.wsb = torch.empty(0, dtype=torch.uint8, device=DEV)
     torch.cuda.empty_cache()
@@ -846,13 +849,13 @@ def main():
               [[r["shape"], f"{r['ours_fwdbwd_ms']:.3f}", f"{r['ours_qed_fwdbwd_ms']:.3f}",
                 f"{r.get('peer_fwdbwd_ms', nan):.3f}", f"{r.get('peer_over_ours', nan):.2f}x", f"{r['ws_gb']:.2f}"]
                for r in res["bwdtiming"]])
-        table(["shape", "ours fwd ms", "ours bwd ms", "bwd, 1 term ms", "bwd, 3 terms ms"],
-              [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}", f"{r['ours_bwd_terms1_ms']:.3f}",
-                f"{r['ours_bwd_terms3_ms']:.3f}"] for r in res["bwdtiming"]])
+        table(["shape", "ours fwd ms", "ours bwd ms", "bwd, former pipeline (v1) ms"],
+              [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}", f"{r['ours_bwd_v1_ms']:.3f}"]
+               for r in res["bwdtiming"]])
     if res.get("bwdpeer"):
-        table(["regime (gdn2, T=512, K=V=128, bf16)", "gradient", "ours relF", "ours, 1 term relF", "peer relF",
-               "peer / ours"],
-              [[r["regime"], r["grad"], f"{r['ours']:.2e}", f"{r['ours_terms1']:.2e}", f"{r['peer']:.2e}",
+        table(["regime (gdn2, T=512, K=V=128, bf16)", "gradient", "ours relF", "ours, former pipeline (v1) relF",
+               "peer relF", "peer / ours"],
+              [[r["regime"], r["grad"], f"{r['ours']:.2e}", f"{r['ours_v1']:.2e}", f"{r['peer']:.2e}",
                 f"{r['peer'] / max(r['ours'], 1e-30):.0f}x"] for r in res["bwdpeer"]])
     if res.get("bwdphases"):
         table(["backward cut after pass ([8,4096,16,128] bf16)", "cumulative ms", "pass ms"],

@@ -32,6 +32,7 @@
 #include "kernels/chunked_api.hpp"
 #include "kernels/chunked_backward_mma.cuh"
 #include "kernels/chunked_backward_tile.hpp"
+#include "kernels/chunked_bwd_grads.hpp"
 #include "kernels/chunked_common.cuh"
 
 namespace qed::kernels {
@@ -485,12 +486,25 @@ Status check(const ChunkedBackwardParams& p) {
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
+// Which pipeline runs: "v2" (bf16 inputs: the recompute also keeps U and the backward's blobs, a
+// reverse sweep on tensor cores, one chunk-parallel gradient pass; kernels/chunked_bwd_sweep.cu,
+// kernels/chunked_bwd_grads.cu) or "v1" (fp32 inputs, and QEDCHECK_CHUNKED_BWD_IMPL=v1: the block
+// functions of chunked_backward_tile.hpp, fp32 matrices through the workspace).
+bool use_v2(const ChunkedBackwardParams& p) {
+  if (p.in.q.dtype != DType::bf16) return false;
+  const char* e = std::getenv("QEDCHECK_CHUNKED_BWD_IMPL");
+  return !(e && std::strcmp(e, "v1") == 0);
+}
+
 struct Layout {
+  bool v2 = false;
   int64_t bound = 0, per = 0;
   int n_vt = 1;
   size_t base = 0, fwd = 0, cs = 0, o = 0, blob = 0, part = 0, tok_k = 0, tok_v = 0, dlam = 0,
          dr = 0, total = 0;
   size_t fwd_bytes = 0;
+  size_t bws = 0, u = 0, ds = 0, ubar = 0;  // v2
+  int64_t bblob = 0;
 };
 
 // The forward that recomputes the chunk-start states: o (bf16, discarded) and chunk_states in the
@@ -524,10 +538,23 @@ Status layout_for(const ChunkedBackwardParams& p, Layout* out) {
   off = align256(off + bound * H * K * V * 4);
   L.o = off;
   off = align256(off + BTH * V * 2);
-  L.blob = off;
-  off = align256(off + bound * H * static_cast<size_t>(cb::blob_floats(pr.K, pr.V)) * 4);
-  L.part = off;
-  off = align256(off + bound * H * L.n_vt * static_cast<size_t>(cb::part_floats(pr.K)) * 4);
+  L.v2 = use_v2(p);
+  if (L.v2) {
+    L.bblob = chunked::bwd_blob_bytes(static_cast<int>(pr.K), chunked::Mode::bf16);
+    L.bws = off;
+    off = align256(off + bound * H * static_cast<size_t>(L.bblob));
+    L.u = off;
+    off = align256(off + bound * H * cb::kC * V * 4);
+    L.ds = off;
+    off = align256(off + bound * H * K * V * 4);
+    L.ubar = off;
+    off = align256(off + bound * H * cb::kC * V * 4);
+  } else {
+    L.blob = off;
+    off = align256(off + bound * H * static_cast<size_t>(cb::blob_floats(pr.K, pr.V)) * 4);
+    L.part = off;
+    off = align256(off + bound * H * L.n_vt * static_cast<size_t>(cb::part_floats(pr.K)) * 4);
+  }
   L.tok_k = off;
   off = align256(off + 4 * BTH * K * 4);
   L.tok_v = off;
@@ -539,6 +566,7 @@ Status layout_for(const ChunkedBackwardParams& p, Layout* out) {
   L.fwd = off;
   ChunkedForwardParams fp = forward_params(p, nullptr, L);
   if (Status s = chunked_forward_workspace(fp, &L.fwd_bytes); !s.ok()) return s;
+  if (L.v2) L.fwd_bytes = chunked::forward_workspace_bytes(pr, chunked::Mode::bf16);
   L.total = align256(off + L.fwd_bytes);
   *out = L;
   return {};
@@ -557,6 +585,57 @@ cb::SeqOut seq_out(const SeqTensorOut& t) {
   s.sb = t.stride_b, s.st = t.stride_t, s.sh = t.stride_h;
   s.dt = t.dtype == DType::fp32 ? 0 : 1;
   return s;
+}
+
+// Value-tile width 16*MT of the reverse sweep: the widest tile that still gives about one block per
+// multiprocessor (its shared memory allows one); QEDCHECK_CHUNKED_SWEEP_MT=1|2|4 overrides.
+int sweep_mt(const Problem& pr) {
+  const int64_t vt16 = pr.V / 16, lanes = pr.sequences() * pr.H;
+  if (const char* e = std::getenv("QEDCHECK_CHUNKED_SWEEP_MT")) {
+    const int mt = std::atoi(e);
+    if ((mt == 1 || mt == 2 || mt == 4) && vt16 % mt == 0) return mt;
+  }
+  int dev = 0, sms = 132;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  for (int mt = 4; mt > 1; mt /= 2)
+    if (vt16 % mt == 0 && 4 * lanes * (vt16 / mt) >= 3 * int64_t{sms}) return mt;
+  return 1;
+}
+
+bool aligned16(const SeqTensor& t, int elem) {
+  const int ve = 16 / elem;
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride_b % ve == 0 && t.stride_t % ve == 0 &&
+         t.stride_h % ve == 0;
+}
+
+// The v2 passes after the recompute: the reverse sweep (every chunk's Ŝ' and Ū, dh0), then the
+// chunk-parallel gradient pass with the token VJPs. `go(pass)`: the benchmark cut (2 the sweep,
+// 3 the gradient pass).
+template <class Go>
+cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, chunked::Args fa,
+                   const cb::BwdArgs& A, cudaStream_t st, const Go& go) {
+  const Problem& pr = p.problem;
+  fa.dout = {p.do_.data, p.do_.stride_b, p.do_.stride_t, p.do_.stride_h, 1};
+  fa.vec_do = aligned16(p.do_, 2);
+  fa.dht = p.dht.data;
+  fa.dht_sn = p.dht.stride_n, fa.dht_sh = p.dht.stride_h, fa.dht_sk = p.dht.stride_k;
+  fa.ds = reinterpret_cast<float*>(ws + L.ds);
+  fa.ubar = reinterpret_cast<float*>(ws + L.ubar);
+  fa.dh0 = p.grads.dh0.data;
+  fa.dh0_sn = p.grads.dh0.stride_n, fa.dh0_sh = p.grads.dh0.stride_h, fa.dh0_sk = p.grads.dh0.stride_k;
+  cudaError_t e = chunked::launch_sweep(fa, chunked::Mode::bf16, sweep_mt(pr), st);
+  if (e != cudaSuccess || !go(3) || L.bound == 0 || pr.B * pr.T == 0) return e;
+  cb::GradArgs G;
+  G.b = A;
+  G.u = reinterpret_cast<const float*>(ws + L.u);
+  G.ubar = fa.ubar;
+  G.ds = fa.ds;
+  G.bws = ws + L.bws;
+  G.bblob = L.bblob;
+  G.lm_off = chunked::bwd_lm_offset(static_cast<int>(pr.K), chunked::Mode::bf16);
+  G.max_diag = fa.max_diag;
+  return cb::launch_grads(G, L.bound, st);
 }
 
 cudaError_t set_smem(const void* kern, int64_t floats) {
@@ -600,10 +679,21 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
 
   Status result;
   cudaError_t e = cudaSuccess;
-  // 0. Chunk-start states (and nothing else that is kept) from the chunked forward.
+  // 0. Chunk-start states from the chunked forward (v2: also U and the backward's blobs).
+  chunked::Args fa;  // v2: the recompute's launch arguments, reused by the sweep
   {
     const ChunkedForwardParams fp = forward_params(p, ws, L);
-    if (Status s = chunked_forward(fp); !s.ok()) result = {s.code, std::string(kFn) + ": recompute: " + s.message};
+    Status s;
+    if (L.v2) {
+      chunked::BwdHooks hk;
+      hk.bws = ws + L.bws;
+      hk.bblob = L.bblob;
+      hk.u_out = reinterpret_cast<float*>(ws + L.u);
+      s = chunked::forward_for_backward(fp, hk, &fa);
+    } else {
+      s = chunked_forward(fp);
+    }
+    if (!s.ok()) result = {s.code, std::string(kFn) + ": recompute: " + s.message};
   }
   cb::BwdArgs A;
   A.variant = static_cast<int>(pr.variant);
@@ -611,7 +701,7 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
   A.B = pr.B, A.T = pr.T, A.H = pr.H, A.K = pr.K, A.V = pr.V, A.N = pr.sequences();
   A.scale = pr.scale;
   A.cu = pr.cu_seqlens;
-  A.chunk_base = pr.cu_seqlens ? reinterpret_cast<const int64_t*>(ws + L.base) : nullptr;
+  A.chunk_base = !pr.cu_seqlens ? nullptr : L.v2 ? fa.chunk_base : reinterpret_cast<const int64_t*>(ws + L.base);
   A.chunks_per_seq = L.per;
   A.chunk_bound = L.bound;
   A.q = seq_in(p.in.q), A.k = seq_in(p.in.k), A.v = seq_in(p.in.v), A.g = seq_in(p.in.g);
@@ -638,7 +728,7 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
 
   const int64_t BT = pr.B * pr.T, items = BT * pr.H;
   const unsigned H = static_cast<unsigned>(pr.H);
-  if (result.ok() && pr.cu_seqlens) {
+  if (result.ok() && pr.cu_seqlens && !L.v2) {
     chunked::Args ca;
     ca.T = pr.T;
     ca.N = pr.sequences();
@@ -647,7 +737,9 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
   }
   const int stop = bwd_stop();
   auto go = [stop](int pass) { return stop <= 0 || pass <= stop; };
-  if (!go(2)) {
+  if (L.v2) {
+    if (result.ok() && go(2)) e = run_v2(p, L, ws, fa, A, st, go);
+  } else if (!go(2)) {
     // benchmark cut after the recomputing forward
   } else if (result.ok() && e == cudaSuccess && L.bound > 0 && items > 0) {
     const int64_t fp = cb::prep_smem_floats(pr.K), fc = cb::chunk_smem_floats(pr.K);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/api.hpp"
+#include "kernels/chunked_api.hpp"
 
 namespace qed::kernels::chunked {
 
@@ -71,9 +72,26 @@ struct Args {
   int vec = 0;       // q, k, b rows may be read in 16-byte pieces
   int vec_g = 0;     // g too (channel g of q's dtype)
   int vec_vw = 0;    // v, w too
+  int vec_do = 0;    // do rows of a value tile too (the backward's sweep)
   float max_diag = kMaxDiagExp2;
   int prep_stop = 0;  // benchmark hook: the prep pass returns after its phase prep_stop (0: none)
   int load_mutant = 0;  // testing hook: the state pass's bulk loads leave out the chunk decay
+  // Set only by the chunked backward's recomputing forward (chunked_backward.cu): the prep pass
+  // also writes the backward's blob of every (chunk, head) (BwdLayout, bblob bytes each, at bws),
+  // and the state pass stores U of every chunk, fp32 [chunk][H][kC][V], at u_out.
+  char* bws = nullptr;
+  int64_t bblob = 0;
+  float* u_out = nullptr;
+  // The backward's reverse sweep (chunked_bwd_sweep.cu): do (q's dtype) and dht in; the adjoint
+  // of every chunk's end state, fp32 [chunk][H][K][V] (ds), Ū, fp32 [chunk][H][kC][V] (ubar), and
+  // dh0 out. The blobs, chunk bases and shapes are the recompute's.
+  Seq dout;
+  const float* dht = nullptr;
+  int64_t dht_sn = 0, dht_sh = 0, dht_sk = 0;
+  float* ds = nullptr;
+  float* ubar = nullptr;
+  float* dh0 = nullptr;
+  int64_t dh0_sn = 0, dh0_sh = 0, dh0_sk = 0;
 };
 
 // ---- sequences and chunks ----
@@ -146,6 +164,22 @@ __device__ __forceinline__ void mma_split(float* d, const uint32_t* a, const uin
   }
 }
 
+// ---- ldmatrix: four 8 x 8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8 ----
+// Without .trans lane 4g+t receives row g, columns 2t, 2t+1 of each matrix; with .trans row g of
+// its transpose (rows 2t, 2t+1 of column g).
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t* r, const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 // ---- cp.async ----
 
 __device__ __forceinline__ void cp16(void* smem, const void* gmem) {
@@ -191,13 +225,49 @@ struct WsLayout {
   static constexpr int64_t blob_bytes(int64_t V) { return ((kWZ + wz_bytes(V)) + 255) / 256 * 256; }
 };
 
+// ---- the backward's blob of one (chunk, head) ----
+// What the reverse sweep of the backward (chunked_bwd_sweep.cu) consumes, B-fragments as in WsLayout,
+// and L for the chunk-parallel gradient pass (chunked_bwd_grads.cu):
+//  KT  K̂ᵀ (k: channel block kb, n: chunk rows 16w+8nt..)                 [w][kb][nt][lane], NT terms
+//  MN  s M (k: row block kb of M, n: columns 16w+8nt.. of M; kb >= w)     [w][kb][nt][lane], NTB terms
+//  WN  -W_a (k: chunk-row block kb, n: channels s*K/4 + 8nt..)            [s][kb][nt][lane], NT terms
+//  QN  s Q̃ (as WN)                                                        [s][kb][nt][lane], NTB terms
+//  LM  L = (I+T)^-1, fp32 [kC][kC] row-major
+// KT has WA's layout and WN, QN have KH's: the sweep walks them as the state pass walks those.
+template <int K, int NT, int NTB>
+struct BwdLayout {
+  static constexpr int64_t kKT = 0;
+  static constexpr int64_t nKT = 4LL * (K / 16) * 2 * 32 * NT * 8;
+  static constexpr int64_t kMN = kKT + nKT;
+  static constexpr int64_t nMN = 4LL * 4 * 2 * 32 * NTB * 8;
+  static constexpr int64_t kWN = kMN + nMN;
+  static constexpr int64_t nWN = 4LL * 4 * (K / 32) * 32 * NT * 8;
+  static constexpr int64_t kQN = kWN + nWN;
+  static constexpr int64_t nQN = 4LL * 4 * (K / 32) * 32 * NTB * 8;
+  static constexpr int64_t kLM = kQN + nQN;
+  static constexpr int64_t nLM = 4LL * kC * kC;
+  static constexpr int64_t bytes = (kLM + nLM + 255) / 256 * 256;
+};
+
+// movmatrix: the 8 x 8 b16 matrix whose row g, columns 2t, 2t+1 lane 4g+t holds (the layout of an
+// mma accumulator or A-fragment quarter) comes back transposed in the same layout.
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // ---- entry points of the two device translation units ----
 // Precision modes: split terms of state-path operands (NT) and of read-out operands (NTQ).
 enum class Mode : int { bf16 = 0, fp32 = 1, bf16_single = 2 };
 constexpr int mode_nt(Mode m) { return m == Mode::fp32 ? 3 : (m == Mode::bf16 ? 2 : 1); }
 constexpr int mode_ntq(Mode m) { return m == Mode::fp32 ? 3 : 1; }
+// Terms of the backward's s M and s Q̃ (BwdLayout): they feed the state adjoint, so two for bf16.
+constexpr int mode_ntb(Mode m) { return m == Mode::fp32 ? 3 : (m == Mode::bf16 ? 2 : 1); }
 
 int64_t blob_bytes(int K, int64_t V, Mode m);
+int64_t bwd_blob_bytes(int K, Mode m);
+int64_t bwd_lm_offset(int K, Mode m);  // of L in the backward's blob
 // Shared memory the launches need (to check against the device limit).
 int prep_smem_bytes(int K, bool fp32_inputs);
 int state_smem_bytes(int K, int MT, Mode m);
@@ -206,5 +276,19 @@ cudaError_t launch_chunk_base(const Args& A, int64_t* base, cudaStream_t st);
 cudaError_t launch_prep(const Args& A, bool fp32_inputs, Mode m, int64_t grid_chunks,
                         cudaStream_t st);
 cudaError_t launch_state(const Args& A, Mode m, int MT, cudaStream_t st);
+// The chunked backward's recompute (chunked_backward.cu): the forward of bf16 inputs in Mode::bf16
+// whose prep pass also writes the backward's blobs (bblob bytes per (chunk, head) at bws) and whose
+// state pass stores U (u_out); `used` receives its launch arguments (blobs, chunk bases). The
+// forward's workspace must be given (the backward keeps it).
+struct BwdHooks {
+  char* bws = nullptr;
+  int64_t bblob = 0;
+  float* u_out = nullptr;
+};
+Status forward_for_backward(const ChunkedForwardParams& p, const BwdHooks& hooks, Args* used);
+size_t forward_workspace_bytes(const Problem& pr, Mode m);  // of the forward in mode m
+// The backward's reverse sweep (chunked_bwd_sweep.cu), value tiles of 16*MT columns.
+int sweep_smem_bytes(int K, int MT, Mode m);
+cudaError_t launch_sweep(const Args& A, Mode m, int MT, cudaStream_t st);
 
 }  // namespace qed::kernels::chunked

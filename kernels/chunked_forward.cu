@@ -182,21 +182,27 @@ size_t base_bytes(const Problem& pr) {
 
 }  // namespace
 
+namespace chunked {
+size_t forward_workspace_bytes(const Problem& pr, Mode m) {
+  return base_bytes(pr) + static_cast<size_t>(chunk_bound(pr)) * static_cast<size_t>(pr.H) *
+                              static_cast<size_t>(blob_bytes(static_cast<int>(pr.K), pr.V, m));
+}
+}  // namespace chunked
+
 Status chunked_forward_workspace(const ChunkedForwardParams& p, size_t* bytes) {
   if (Status s = check(p); !s.ok()) return s;
-  const Problem& pr = p.problem;
-  const Mode m = mode_of(p);
-  *bytes = base_bytes(pr) + static_cast<size_t>(chunk_bound(pr)) * static_cast<size_t>(pr.H) *
-                                static_cast<size_t>(chunked::blob_bytes(static_cast<int>(pr.K), pr.V, m));
+  *bytes = chunked::forward_workspace_bytes(p.problem, mode_of(p));
   return {};
 }
 
-Status chunked_forward(const ChunkedForwardParams& p) {
+namespace {
+
+// The forward in mode m; with hooks (the chunked backward's recompute) the passes also write the
+// backward's blobs and U, and `used` receives the launch arguments for the backward's passes.
+Status run_forward(const ChunkedForwardParams& p, Mode m, const chunked::BwdHooks* hooks, Args* used) {
   if (Status s = device_status(); !s.ok()) return s;
-  size_t need = 0;
-  if (Status s = chunked_forward_workspace(p, &need); !s.ok()) return s;
   const Problem& pr = p.problem;
-  const Mode m = mode_of(p);
+  const size_t need = chunked::forward_workspace_bytes(pr, m);
   const int MT = choose_mt(p, m);
   cudaStream_t st = reinterpret_cast<cudaStream_t>(pr.stream);
   void* ws = p.workspace;
@@ -213,6 +219,11 @@ Status chunked_forward(const ChunkedForwardParams& p) {
   }
   Args A = make_args(p, m);
   A.ws = static_cast<char*>(ws) + base_bytes(pr);
+  if (hooks) {
+    A.bws = hooks->bws;
+    A.bblob = hooks->bblob;
+    A.u_out = hooks->u_out;
+  }
   Status result;
   cudaError_t e = cudaSuccess;
   if (pr.cu_seqlens) {
@@ -229,7 +240,23 @@ Status chunked_forward(const ChunkedForwardParams& p) {
   if (e == cudaSuccess && do_state) e = chunked::launch_state(A, m, MT, st);
   if (e != cudaSuccess) result = cuda_fail("kernel launch", e);
   if (owned) cudaFreeAsync(ws, st);
+  if (used) *used = A;
   return result;
 }
+
+}  // namespace
+
+Status chunked_forward(const ChunkedForwardParams& p) {
+  if (Status s = check(p); !s.ok()) return s;
+  return run_forward(p, mode_of(p), nullptr, nullptr);
+}
+
+namespace chunked {
+Status forward_for_backward(const ChunkedForwardParams& p, const BwdHooks& hooks, Args* used) {
+  if (Status s = check(p); !s.ok()) return s;
+  if (!p.workspace) return {StatusCode::invalid_argument, "chunked_forward: the backward's recompute needs a workspace"};
+  return run_forward(p, Mode::bf16, &hooks, used);
+}
+}  // namespace chunked
 
 }  // namespace qed::kernels

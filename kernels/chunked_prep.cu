@@ -124,11 +124,15 @@ __device__ __forceinline__ bool tm_item(int warp, int it, int& I, int& nt) {
 
 // NW warps per block: 8 for the bf16 modes (two blocks of 8 warps per multiprocessor, the shared
 // memory allows no more), 4 for the fp32 mode (its three-term fragments need more registers).
-template <class InT, int K, int NT, int NTQ, int NW>
+// BWD: the chunked backward's recompute, which also writes the backward's blob (BwdLayout, NT
+// terms throughout) from the same values: transposed fragments by movmatrix where the forward's
+// come from accumulators (M, W_a), the others computed like their forward twins, and L.
+template <class InT, int K, int NT, int NTQ, int NW, bool BWD>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Args A, int64_t grid_chunks) {
   static_assert(NW == 4 || NW == 8, "prep_kernel: 4 or 8 warps");
   constexpr int NTH = NW * 32;
   using Lw = WsLayout<K, NT, NTQ>;
+  using Lb = BwdLayout<K, NT, NT>;
   using Sm = PrepSmem<InT, K>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Sm& s = *reinterpret_cast<Sm*>(smem_raw);
@@ -158,6 +162,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
   if (rem <= 0) return;
   const int Cn = rem < kC ? static_cast<int>(rem) : kC;
   char* blob = blob_ptr(A, gc, h);
+  char* bblob = BWD ? A.bws + (gc * A.H + h) * A.bblob : nullptr;
   const bool qed = A.variant == kQed;
   const bool chan_bw = A.variant == kGdn2 || qed;
   auto off = [&](const Seq& x, int r) { return sp.brow * x.sb + (t0 + r) * x.st + h * x.sh; };
@@ -373,6 +378,19 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
 #pragma unroll
         for (int i = 0; i < NTQ; ++i) dst[2 * i + (nt & 1)] = x[i];
       }
+      if constexpr (BWD) {
+        // s M as the backward's B-fragments (k: rows of M, n: its columns): the 8 x 8 block of
+        // rows 16I+8hh.. and columns 8nt.. transposed is register hh of slot [nt/2][I][nt%2].
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          uint32_t x[NT];
+          split2<NT>(A.scale * accM[it][2 * hh], A.scale * accM[it][2 * hh + 1], x);
+          const int slot = (((nt >> 1) * 4 + I) * 2 + (nt & 1)) * 32 + lane;
+          uint32_t* dst = reinterpret_cast<uint32_t*>(bblob + Lb::kMN + slot * NT * 8);
+#pragma unroll
+          for (int i = 0; i < NT; ++i) dst[2 * i + hh] = transpose8x8(x[i]);
+        }
+      }
     }
   }
   __syncthreads();
@@ -403,6 +421,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
       for (int j = r & ~3; j < r; ++j) a4[j & 3] = fmaf(s.T[r][j], l[j], a4[j & 3]);
       const float acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
       l[r] = r < c ? 0.f : (r == c ? 1.f : -acc);
+    }
+    if constexpr (BWD) {
+      float* lm = reinterpret_cast<float*>(bblob + Lb::kLM);
+#pragma unroll
+      for (int r = 0; r < kC; ++r) lm[r * kC + c] = l[r];
     }
   } else {
     // ---- K̂ (decayed to the chunk end), Q̃ and the chunk decay, in fragment order ----
@@ -449,6 +472,45 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
     }
     for (int c = u; c < K; c += NU)
       reinterpret_cast<float*>(blob + Lw::kGC)[c] = ex2(s.G[kC - 1][c]);
+    if constexpr (BWD) {
+      // K̂ᵀ in QT's order (k: channels, n: rows) and s Q̃ in KH's (k: rows, n: channels).
+      for (int i = u; i < nQT; i += NU) {
+        const int ln = i & 31, gg = ln >> 2, tt = ln & 3;
+        int rest = i >> 5;
+        const int nt = rest & 1;
+        rest >>= 1;
+        const int kb = rest % (K / 16), w = rest / (K / 16);
+        const int r = 16 * w + 8 * nt + gg, c0 = 16 * kb + 2 * tt;
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = c0 + (e & 1) + ((e & 2) ? 8 : 0);
+          v[e] = X.kf(r, c) * ex2(s.G[kC - 1][c] - s.G[r][c]);
+        }
+        uint32_t x0[NT], x1[NT];
+        split2<NT>(v[0], v[1], x0);
+        split2<NT>(v[2], v[3], x1);
+        store_slot<NT>(bblob + Lb::kKT + static_cast<int64_t>(i) * NT * 8, x0, x1);
+      }
+      for (int i = u; i < nKH; i += NU) {
+        const int ln = i & 31, gg = ln >> 2, tt = ln & 3;
+        int rest = i >> 5;
+        const int nt = rest % (K / 32);
+        rest /= (K / 32);
+        const int kb = rest % 4, sl = rest / 4;
+        const int ch = sl * (K / 4) + 8 * nt + gg, j0 = 16 * kb + 2 * tt;
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = j0 + (e & 1) + ((e & 2) ? 8 : 0);
+          v[e] = A.scale * X.qf(j, ch) * ex2(s.G[j][ch]);
+        }
+        uint32_t x0[NT], x1[NT];
+        split2<NT>(v[0], v[1], x0);
+        split2<NT>(v[2], v[3], x1);
+        store_slot<NT>(bblob + Lb::kQN + static_cast<int64_t>(i) * NT * 8, x0, x1);
+      }
+    }
   }
   __syncthreads();
   if (A.prep_stop == 5) return;
@@ -566,6 +628,19 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
           split2<NT>(-acc[I][1][2 * ntp], -acc[I][1][2 * ntp + 1], x1);
           const int slot = ((I * (K / 16) + kbp) * 2 + ntp) * 32 + lane;
           store_slot<NT>(blob + Lw::kWA + static_cast<int64_t>(slot) * NT * 8, x0, x1);
+          if constexpr (BWD) {
+            // -W_a as the backward's B-fragments (k: rows, n: channels): the 8 x 8 block of rows
+            // 16I+8ntp.. and channels 16kbp+8p.. transposed is register ntp of WN slot
+            // [ct / (K/32)][I][ct % (K/32)], ct = 2kbp + p.
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+              const int ct = 2 * kbp + p;
+              const int bslot = (((ct / (K / 32)) * 4 + I) * (K / 32) + ct % (K / 32)) * 32 + lane;
+              uint32_t* dst = reinterpret_cast<uint32_t*>(bblob + Lb::kWN + static_cast<int64_t>(bslot) * NT * 8);
+#pragma unroll
+              for (int i = 0; i < NT; ++i) dst[2 * i + ntp] = transpose8x8(p == 0 ? x0[i] : x1[i]);
+            }
+          }
         }
     }
   } else {
@@ -636,7 +711,7 @@ __global__ void chunk_base_kernel(const Args A, int64_t* base) {
 template <class InT, int K, int NT, int NTQ, int NW>
 cudaError_t launch_prep_t(const Args& A, int64_t grid_chunks, cudaStream_t st) {
   const int smem = static_cast<int>(sizeof(PrepSmem<InT, K>));
-  auto kern = prep_kernel<InT, K, NT, NTQ, NW>;
+  auto kern = A.bws ? prep_kernel<InT, K, NT, NTQ, NW, true> : prep_kernel<InT, K, NT, NTQ, NW, false>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   if (grid_chunks == 0 || A.H == 0) return cudaSuccess;
@@ -664,6 +739,18 @@ cudaError_t launch_prep_bf16(const Args& A, Mode m, int64_t grid_chunks, cudaStr
 }
 
 }  // namespace
+
+int64_t bwd_blob_bytes(int K, Mode m) {
+  const int nt = mode_nt(m);
+  if (K == 64) return nt == 3 ? BwdLayout<64, 3, 3>::bytes : (nt == 2 ? BwdLayout<64, 2, 2>::bytes : BwdLayout<64, 1, 1>::bytes);
+  return nt == 3 ? BwdLayout<128, 3, 3>::bytes : (nt == 2 ? BwdLayout<128, 2, 2>::bytes : BwdLayout<128, 1, 1>::bytes);
+}
+
+int64_t bwd_lm_offset(int K, Mode m) {
+  const int nt = mode_nt(m);
+  if (K == 64) return nt == 3 ? BwdLayout<64, 3, 3>::kLM : (nt == 2 ? BwdLayout<64, 2, 2>::kLM : BwdLayout<64, 1, 1>::kLM);
+  return nt == 3 ? BwdLayout<128, 3, 3>::kLM : (nt == 2 ? BwdLayout<128, 2, 2>::kLM : BwdLayout<128, 1, 1>::kLM);
+}
 
 int prep_smem_bytes(int K, bool fp32_inputs) {
   if (K == 64)

@@ -12,25 +12,10 @@
 #include <cstring>
 
 #include "kernels/chunked_common.cuh"
+#include "kernels/chunked_stream.cuh"
 
 namespace qed::kernels::chunked {
 namespace {
-
-// Per-warp shares of the work for NW warps (4, or 8 at K = 128): chunk rows 64/NW from row block
-// RB (16 rows) and its n-tile NT0 (RT n-tiles of 8 rows), and key channels K/NW of the blob's
-// channel quarter QS (K/4 channels) from its n-tile NQ0 (NNW n-tiles of 8 channels).
-template <int K, int NW>
-struct WarpShare {
-  static constexpr int RT = 8 / NW;         // row n-tiles per warp (2 or 1)
-  static constexpr int KW = K / NW;         // key channels per warp
-  static constexpr int NNW = KW / 8;        // channel n-tiles per warp
-  static constexpr int NQ4 = K / 32;        // channel n-tiles per blob quarter
-  static_assert(NW == 4 || (NW == 8 && K == 128), "state pass: 4 warps, or 8 at K = 128");
-  __device__ static int rb(int warp) { return warp * RT / 2; }
-  __device__ static int nt0(int warp) { return (warp * RT) % 2; }
-  __device__ static int qs(int warp) { return warp * KW / (K / 4); }
-  __device__ static int nq0(int warp) { return (warp * KW) % (K / 4) / 8; }
-};
 
 template <int K, int MT, int NT, int NTQ, int NW>
 struct StateSizes {
@@ -54,56 +39,6 @@ __device__ __forceinline__ void store_out(const Args& A, int64_t idx, float x) {
     static_cast<float*>(A.o)[idx] = x;
   else
     static_cast<__nv_bfloat16*>(A.o)[idx] = __float2bfloat16_rn(x);
-}
-
-template <int NT>
-__device__ __forceinline__ void load_b(const char* p, uint32_t* b) {
-#pragma unroll
-  for (int i = 0; i < NT; ++i) {
-    const uint2 x = reinterpret_cast<const uint2*>(p)[i];
-    b[2 * i] = x.x;
-    b[2 * i + 1] = x.y;
-  }
-}
-
-// One warp copies `count` segments of `seg` bytes, `stride` bytes apart in global memory, to
-// consecutive places in shared memory (one contiguous copy when seg == stride).
-__device__ __forceinline__ void warp_copy_segs(char* dst, const char* src, int count, int seg, int stride, int lane) {
-  if (seg == stride) {
-    warp_copy(dst, src, count * seg, lane);
-    return;
-  }
-  for (int c = 0; c < count; ++c) warp_copy(dst + c * seg, src + c * stride, seg, lane);
-}
-
-// Bulk copies (cp.async.bulk, the copy engine) completing on an mbarrier: one instruction per
-// contiguous segment instead of one cp.async of 16 bytes per lane and step of a loop.
-__device__ __forceinline__ uint32_t sh_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sh_addr(dst)),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-// This warp's part of one load: `count` segments of `seg` bytes, `stride` apart in global memory,
-// to consecutive places in shared memory (one segment when they are contiguous), spread over the
-// lanes from lane `base` on (base counts the segments of the load's earlier groups).
-__device__ __forceinline__ void bulk_segs(char* dst, const char* src, int count, int seg, int stride, int lane,
-                                          int& base, uint32_t bar) {
-  if (seg == stride) seg *= count, count = 1;
-  for (int j = (lane - base) & 31; j < count; j += 32) bulk_copy(dst + j * seg, src + static_cast<int64_t>(j) * stride, seg, bar);
-  base += count;
-}
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n"
-      "STATE_BAR_WAIT:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-      "@!p bra STATE_BAR_WAIT;\n\t}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
 }
 
 // LD: how the fragments come in: 0 cp.async (16 bytes per lane and instruction, waited for by
@@ -315,6 +250,16 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
               aU0[m][nt][e] += accU[c][m][nt][e];
               aP0[m][nt][e] += accP[c][m][nt][e];
             }
+      if (A.u_out) {  // the backward's recompute keeps U of every chunk (kernels/chunked_bwd_grads.cu)
+        float* uo = A.u_out + ((c0 + ci) * A.H + h) * kC * A.V;
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int nt = 0; nt < RT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              uo[(16 * rb + 8 * (nt0 + nt) + 2 * t + (e & 1)) * A.V + vcol(m, e)] = aU0[m][nt][e];
+      }
       // Uᵀ as the A operand of phase B (k: chunk rows): one uint4 per 16-row block holds the two
       // n-tiles' halves; with one n-tile per warp, each warp writes its half (a uint2).
 #pragma unroll

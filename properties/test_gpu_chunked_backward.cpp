@@ -326,4 +326,20 @@ TEST(GpuChunkedBackward, MutantIsCaught) {
   EXPECT_FALSE(J.ok) << "the khat mutant passes the tolerance rule: the check is too weak";
 }
 
+// The same for the bf16 pipeline (kernels/chunked_bwd_grads.cu): without the K̂̄ term of k̄, or
+// without ρ in the decay gradient, it must fail the bf16 rule.
+TEST(GpuChunkedBackward, MutantsAreCaughtBf16) {
+  REQUIRE_DEVICE();
+  for (const char* m : {"khat", "rho"}) {
+    ScopedEnv env("QEDCHECK_CHUNKED_BWD_MUTANT", m);
+    fixtures::GenSpec g;
+    g.variant = Variant::gdn2;
+    g.dims = {1, 300, 1, 128, 128};
+    g.regime = Regime::std_;
+    g.seed = base_seed() + 161;
+    const Judged J = judge(g, DType::bf16, true, false);
+    EXPECT_FALSE(J.ok) << "the " << m << " mutant passes the bf16 tolerance rule: the check is too weak";
+  }
+}
+
 }  // namespace

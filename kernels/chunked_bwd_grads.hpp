@@ -1,0 +1,27 @@
+// Launch of the chunked backward's chunk-parallel gradient pass (kernels/chunked_bwd_grads.cu) over
+// the workspace the recomputing forward and the reverse sweep leave behind.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/chunked_backward_tile.hpp"
+
+namespace qed::kernels::chunked_bwd {
+
+struct GradArgs {
+  BwdArgs b;                    // inputs, gradients, token arrays, chunk geometry, cs = S_[n]
+  const float* u = nullptr;     // U of every chunk, fp32 [chunk][H][kC][V]
+  const float* ubar = nullptr;  // Ū, the same layout
+  const float* ds = nullptr;    // Ŝ' (adjoint of the chunk's end state), fp32 [chunk][H][K][V]
+  const char* bws = nullptr;    // the backward's blobs (chunked::BwdLayout), for L
+  int64_t bblob = 0;            // bytes per (chunk, head)
+  int64_t lm_off = 0;           // offset of L in a blob
+  float max_diag = 64.f;        // steepest in-block decay (log2) of the factored diagonal blocks
+};
+
+// bf16 inputs, K and V in {64, 128}; one block per (chunk slot, head).
+cudaError_t launch_grads(const GradArgs& G, int64_t chunks, cudaStream_t st);
+
+}  // namespace qed::kernels::chunked_bwd
