@@ -366,12 +366,23 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       if (part == 0) rho[c] = A.mutant == kMutantNoDecayRho ? 0.f : acc;
     }
     __syncthreads();
-    if (tid < kSW) {  // in-chunk cumulative log2-decay (rows past the chunk: g = 0)
-      float acc = 0.f;
-      for (int r = 0; r < kC; ++r) {
-        acc += Gs[r * GP + tid];
-        Gs[r * GP + tid] = acc;
+    {  // in-chunk cumulative log2-decay (rows past the chunk: g = 0); eight threads of eight rows
+       // per channel, the segment totals added in segment order
+      const int c = tid >> 3, sg = tid & 7;
+      float x[8], run = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        run += Gs[(8 * sg + i) * GP + c];
+        x[i] = run;
       }
+      float before = 0.f;
+#pragma unroll
+      for (int o = 1; o < 8; ++o) {
+        const float tot = __shfl_sync(0xffffffffu, run, (lane & ~7) | ((sg + o) & 7));
+        if (sg + o >= 8) before += tot;
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) Gs[(8 * sg + i) * GP + c] = x[i] + before;
     }
     __syncthreads();
     if (warp < 4) {  // steep channels of diagonal block `warp`
