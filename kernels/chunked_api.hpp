@@ -39,17 +39,20 @@ struct ChunkedForwardParams {
 Status chunked_forward_workspace(const ChunkedForwardParams& p, size_t* bytes);
 Status chunked_forward(const ChunkedForwardParams& p);
 
-// Backward of L = sum(do*o) + sum(dht*ht) (MATH.md §6), every variant and QED arm. Recomputes
-// the chunk-start states with chunked_forward (stored in the workspace; no step is ever
-// inverted), then: a chunk-parallel pass builds L, M, Ã, Q̃, K̂, W_a, W_z per chunk; a
-// sequential pass per (sequence, head, 64 value columns) walks the chunks in reverse carrying
-// the state adjoint; a chunk-parallel pass goes through the decay factors (§6.2, §6.3); a token
-// pass applies the §5.2 erase-vector VJP and the variant mapping; dlambda and dr are summed
-// over tokens per head in a fixed order. The per-chunk mathematics is
-// kernels/chunked_backward_tile.hpp, which a CPU test runs on g++.
-// First version: fp32 CUDA-core arithmetic throughout (inputs bf16 or fp32, read as fp32;
-// chunk states from the forward in its mode), no tensor cores yet. Deterministic: no atomics,
-// every reduction in a fixed order, so repeated calls agree bit for bit.
+// Backward of L = sum(do*o) + sum(dht*ht) (MATH.md §6), every variant and QED arm. It recomputes
+// the chunk-start states with the chunked forward (no step is ever inverted). Two pipelines:
+//  bf16 inputs (kernels/chunked_bwd_sweep.cu, kernels/chunked_bwd_grads.cu): the recompute also
+//   keeps U and a second set of fragments per chunk; a reverse sweep per (sequence, head, value
+//   tile) on tensor cores carries the state adjoint from chunk to chunk (two-term split-bf16
+//   products, fp32 state) and stores it and Ū per chunk; one chunk-parallel pass then forms every
+//   gradient of the chunk (Ȳ, M̄, T̄, Q̃̄, Ã̄, K̂̄ and §6.2-§6.3 on tensor cores, two terms for
+//   every operand that is not an exact bf16 input) and applies the §5.2 VJPs of its tokens.
+//  fp32 inputs, or QEDCHECK_CHUNKED_BWD_IMPL=v1 (kernels/chunked_backward.cu): the block functions
+//   of kernels/chunked_backward_tile.hpp, which a CPU test runs on g++ (prep, a reverse sweep per
+//   64 value columns, a decay-factor pass, a token pass), matrix products on tensor cores with
+//   three-term (fp32-faithful) splits.
+// Both: deterministic (no atomics, every reduction in a fixed order, so repeated calls agree bit
+// for bit); dlambda and dr summed over tokens per head in a fixed order.
 // Gradients (dq dk dv dg db dw dbeta) are fp32 or bf16; dlambda, dr, dh0 fp32 (written, not
 // accumulated). Chunk size 64; K, V in {64, 128}; q, k, v, b, w, beta and do_ of one dtype
 // (bf16 or fp32), g fp32 or that dtype.

@@ -635,6 +635,11 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
   G.bblob = L.bblob;
   G.lm_off = chunked::bwd_lm_offset(static_cast<int>(pr.K), chunked::Mode::bf16);
   G.max_diag = fa.max_diag;
+  const bool chan_bw = pr.variant == Variant::gdn2 || pr.variant == Variant::qed;
+  const bool chan_g = chan_bw || pr.variant == Variant::kda;
+  const int ge = p.in.g.dtype == DType::fp32 ? 4 : 2;
+  G.vec = aligned16(p.in.q, 2) && aligned16(p.in.k, 2) && aligned16(p.do_, 2) && (!chan_bw || aligned16(p.in.b, 2)) &&
+          (!chan_g || aligned16(p.in.g, ge));
   return cb::launch_grads(G, L.bound, st);
 }
 

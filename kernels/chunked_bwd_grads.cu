@@ -111,8 +111,8 @@ struct GradSmem {
   static constexpr int oY = oU + UP::bytes;
   static constexpr int oT = oY + UP::bytes;
   static constexpr int oM = oT + TP::bytes;
-  static constexpr int oMisc = oM + TP::bytes;  // coef, M̄ diagonal [kC]; rho, steep masks
-  static constexpr int oSlab = oMisc + 4 * (2 * kC + kSW + 4);
+  static constexpr int oMisc = oM + TP::bytes;  // coef, k.k, M̄ diagonal; per-token sums; rho, steep masks
+  static constexpr int oSlab = oMisc + 4 * (3 * kC + 4 * kC + 12 * kC + kSW + 4);
   // the slab area: L in step 1, then per slab
   static constexpr int oL = oSlab;
   static constexpr int oS = oSlab;
@@ -140,6 +140,37 @@ __device__ __forceinline__ void step2_task(int warp, int& I, int& nt0, int& cnt)
   cnt = static_cast<int>((0x22233233u >> (4 * warp)) & 15u);
 }
 
+// Eight consecutive elements c0.. of one row of a bf16 or fp32 [B,T,H,D] input (16-byte loads when
+// the host found its rows aligned: `vec`).
+__device__ __forceinline__ void ld8(const SeqIn& x, int64_t brow, int64_t t, int64_t h, int c0, bool vec, float* o) {
+  const int64_t i = brow * x.sb + t * x.st + h * x.sh + c0;
+  if (vec && x.dt == 1) {
+    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + i);
+    const bf* e = reinterpret_cast<const bf*>(&u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = __bfloat162float(e[j]);
+  } else if (vec && x.dt == 0) {
+    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(x.p) + i);
+    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(x.p) + i + 4);
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = ld(x, brow, t, h, c0 + j);
+  }
+}
+
+// A row reduction over the 16 channels a warp holds in its accumulator layout (two n-tiles, lane
+// columns 2t, 2t+1): x[q][e] summed over q and e & 1, then over the four lanes t; lanes t = 0 end
+// with rows g (hr = 0) and g + 8 (hr = 1). Fixed order: deterministic.
+__device__ __forceinline__ void row_sums16(const float (&x)[2][4], float& r0, float& r1) {
+  r0 = (x[0][0] + x[0][1]) + (x[1][0] + x[1][1]);
+  r1 = (x[0][2] + x[0][3]) + (x[1][2] + x[1][3]);
+  r0 += __shfl_xor_sync(0xffffffffu, r0, 1);
+  r1 += __shfl_xor_sync(0xffffffffu, r1, 1);
+  r0 += __shfl_xor_sync(0xffffffffu, r0, 2);
+  r1 += __shfl_xor_sync(0xffffffffu, r1, 2);
+}
+
 template <int K, int V, int NT>
 __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   using Z = GradSmem<K, V, NT>;
@@ -165,6 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   const bool chan_bw = A.variant == kGdn2 || qed;
   const bool chan_g = chan_bw || A.variant == kKda;
   const float lam = qed ? A.lambda[h] : 0.f;
+  const bool vec = G.vec != 0;
 
   const O Ob{reinterpret_cast<bf*>(sm + Z::oO)};
   const UP Up{reinterpret_cast<bf*>(sm + Z::oU)};
@@ -172,9 +204,13 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   const TP Tp{reinterpret_cast<bf*>(sm + Z::oT)};
   const TP Mp{reinterpret_cast<bf*>(sm + Z::oM)};
   const TP Lp{reinterpret_cast<bf*>(sm + Z::oL)};
-  float* coef = reinterpret_cast<float*>(sm + Z::oMisc);  // [kC] (k.m)/(k.k), projected arms
-  float* mdiag = coef + kC;                                // [kC] s (Ō Uᵀ)_rr
-  float* rho = mdiag + kC;                                 // [kSW]
+  float* coef = reinterpret_cast<float*>(sm + Z::oMisc);  // [kC] (k.m)/(k.k), projected arms, else 0
+  float* nnr = coef + kC;                                  // [kC] k.k where projected, else 0
+  float* mdiag = nnr + kC;                                 // [kC] s (Ō Uᵀ)_rr
+  float* tot = mdiag + kC;                                 // [4][kC] per-token sums (see below)
+  float* rowp = tot + 4 * kC;                              // [4][kC] per-slab partial row sums (3d)
+  float* rowq = rowp + 4 * kC;                             // [8][kC] per-slab partial row sums (3e)
+  float* rho = rowq + 8 * kC;                              // [kSW]
   uint32_t* steep = reinterpret_cast<uint32_t*>(rho + kSW);  // [4] one bit per slab channel
   const SP Ss{reinterpret_cast<bf*>(sm + Z::oS)};
   const SP Shp{reinterpret_cast<bf*>(sm + Z::oSh)};
@@ -188,53 +224,85 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   const int64_t cht = gc * A.H + h;  // (chunk, head) index of the workspace arrays
   const int64_t HK = A.H * K, BTHK = A.B * A.T * HK;
   auto tokk = [&](int r) { return ((brow * A.T) + t0 + r) * HK + h * K; };
+  auto item = [&](int r) { return (brow * A.T + t0 + r) * A.H + h; };
 
-  // ---- staging: Ō, U, Ū, L; the projection coefficients; T̄ and M̄ zeroed ----
-  for (int i = tid; i < kC * V; i += kThreads) {
-    const int r = i / V, v = i % V;
-    Ob.p[r * O::P + v] = __float2bfloat16_rn(r < n ? ld(A.dout, brow, t0 + r, h, v) : 0.f);
-  }
+  // ---- staging: Ō (cp.async when aligned), U, Ū, L (all loads first); T̄, M̄ zeroed; per token
+  // the projection coefficient and k.k (QED) and zeroed sums ----
   {
+    constexpr int PR = V / 8;  // 16-byte pieces per row of do
+    const bf* dp = static_cast<const bf*>(A.dout.p);
+    for (int i = tid; i < kC * PR; i += kThreads) {
+      const int r = i / PR, c = (i % PR) * 8;
+      bf* dst = Ob.p + r * O::P + c;
+      if (r >= n) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      } else if (vec) {
+        chunked::cp16(dst, dp + brow * A.dout.sb + (t0 + r) * A.dout.st + h * A.dout.sh + c);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dst[e] = __float2bfloat16_rn(ld(A.dout, brow, t0 + r, h, c + e));
+      }
+    }
+    chunked::cp_commit();
+    constexpr int NU4 = kC * V / 4 / kThreads, NL4 = kC * kC / 4 / kThreads;
     const float4* u4 = reinterpret_cast<const float4*>(G.u + cht * kC * V);
     const float4* ub4 = reinterpret_cast<const float4*>(G.ubar + cht * kC * V);
-    for (int i = tid; i < kC * V / 4; i += kThreads) {
-      const int r = (4 * i) / V, v = (4 * i) % V;
-      const float4 x = u4[i], y = ub4[i];
-      Up.put2(r, v, x.x, x.y);
-      Up.put2(r, v + 2, x.z, x.w);
-      Yp.put2(r, v, y.x, y.y);
-      Yp.put2(r, v + 2, y.z, y.w);
-    }
     const float4* l4 = reinterpret_cast<const float4*>(G.bws + cht * G.bblob + G.lm_off);
-    for (int i = tid; i < kC * kC / 4; i += kThreads) {
-      const int r = (4 * i) / kC, c = (4 * i) % kC;
-      const float4 x = l4[i];
-      Lp.put2(r, c, x.x, x.y);
-      Lp.put2(r, c + 2, x.z, x.w);
+    float4 xu[NU4], xb[NU4], xl[NL4];
+#pragma unroll
+    for (int j = 0; j < NU4; ++j) xu[j] = u4[tid + j * kThreads], xb[j] = ub4[tid + j * kThreads];
+#pragma unroll
+    for (int j = 0; j < NL4; ++j) xl[j] = l4[tid + j * kThreads];
+#pragma unroll
+    for (int j = 0; j < NU4; ++j) {
+      const int i = 4 * (tid + j * kThreads), r = i / V, v = i % V;
+      Up.put2(r, v, xu[j].x, xu[j].y);
+      Up.put2(r, v + 2, xu[j].z, xu[j].w);
+      Yp.put2(r, v, xb[j].x, xb[j].y);
+      Yp.put2(r, v + 2, xb[j].z, xb[j].w);
+    }
+#pragma unroll
+    for (int j = 0; j < NL4; ++j) {
+      const int i = 4 * (tid + j * kThreads), r = i / kC, c = i % kC;
+      Lp.put2(r, c, xl[j].x, xl[j].y);
+      Lp.put2(r, c + 2, xl[j].z, xl[j].w);
     }
   }
   for (int i = tid; i < 2 * TP::bytes / 16; i += kThreads) reinterpret_cast<uint4*>(sm + Z::oT)[i] = make_uint4(0, 0, 0, 0);
-  for (int r = warp; r < kC; r += kWarps) {  // one warp per row, lanes over channels, fixed order
+  for (int i = tid; i < 4 * kC; i += kThreads) tot[i] = 0.f;
+  {  // four threads per row, eight channels per load, sums combined over the four in a fixed order
+    const int r = tid >> 2, part = tid & 3;
     float nn = 0.f, km = 0.f;
-    if (projected && r < n)
-      for (int c = lane; c < K; c += 32) {
-        const float kk = ld(A.k, brow, t0 + r, h, c);
-        const float bb = ld(A.b, brow, t0 + r, h, c);
-        const float m = A.arm == kArmFull ? bb * ld(A.q, brow, t0 + r, h, c)
-                                          : (A.arm == kArmRand ? bb * A.r[h * K + c] : ld(A.q, brow, t0 + r, h, c));
-        nn = fmaf(kk, kk, nn);
-        km = fmaf(kk, m, km);
-      }
+    if (projected && r < n) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      nn += __shfl_xor_sync(0xffffffffu, nn, o);
-      km += __shfl_xor_sync(0xffffffffu, km, o);
+      for (int c0 = 8 * part; c0 < K; c0 += 32) {
+        float kk[8], bb[8], qq[8];
+        ld8(A.k, brow, t0 + r, h, c0, vec, kk);
+        ld8(A.b, brow, t0 + r, h, c0, vec, bb);
+        ld8(A.q, brow, t0 + r, h, c0, vec, qq);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float m = A.arm == kArmFull ? bb[e] * qq[e] : (A.arm == kArmRand ? bb[e] * A.r[h * K + c0 + e] : qq[e]);
+          nn = fmaf(kk[e], kk[e], nn);
+          km = fmaf(kk[e], m, km);
+        }
+      }
     }
-    if (lane == 0) coef[r] = (projected && nn > 0.f) ? km / nn : 0.f;
+    nn += __shfl_xor_sync(0xffffffffu, nn, 1);
+    km += __shfl_xor_sync(0xffffffffu, km, 1);
+    nn += __shfl_xor_sync(0xffffffffu, nn, 2);
+    km += __shfl_xor_sync(0xffffffffu, km, 2);
+    if (part == 0) {
+      const bool proj = projected && nn > 0.f;
+      coef[r] = proj ? km / nn : 0.f;
+      nnr[r] = proj ? nn : 0.f;
+    }
   }
+  chunked::cp_wait<0>();
   __syncthreads();
 
-  // ---- 1. Ȳ = Lᵀ Ū: warp -> rows 16J.. of Ȳ, half of the value columns ----
+  // ---- 1. Ȳ = Lᵀ Ū (the chunk's Z̄): warp -> rows 16J.. of Ȳ, half of the value columns; then
+  // dv, dw (or dv and Σ_v v Z̄ for dbeta) ----
   {
     constexpr int NP = V / 32;  // pairs of 8-column tiles per half
     const int J = warp >> 1, vh = warp & 1;
@@ -256,26 +324,49 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         mma_split<NT, NT>(acc[p][1], a, b1);
       }
     }
-    float* zbar = A.tok_v;
+    float svz[2] = {0.f, 0.f};
 #pragma unroll
-    for (int p = 0; p < NP; ++p)
+    for (int hr = 0; hr < 2; ++hr) {
+      const int j = 16 * J + g + 8 * hr;
+      if (j >= n) continue;
+      const int64_t tt = t0 + j;
+      const float beta = chan_bw ? 0.f : ld(A.beta, brow, tt, h, 0);
 #pragma unroll
-      for (int q = 0; q < 2; ++q)
+      for (int p = 0; p < NP; ++p)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int j = 16 * J + g + 8 * hh, v = vh * (V / 2) + 16 * p + 8 * q + 2 * t;
-          if (j < n)
-            *reinterpret_cast<float2*>(zbar + ((brow * A.T + t0 + j) * A.H + h) * V + v) =
-                make_float2(acc[p][q][2 * hh], acc[p][q][2 * hh + 1]);
+        for (int q = 0; q < 2; ++q) {
+          const int v = vh * (V / 2) + 16 * p + 8 * q + 2 * t;
+          const float z0 = acc[p][q][2 * hr], z1 = acc[p][q][2 * hr + 1];
+          const float v0 = ld(A.v, brow, tt, h, v), v1 = ld(A.v, brow, tt, h, v + 1);
+          if (chan_bw) {
+            st(A.dv, brow, tt, h, v, ld(A.w, brow, tt, h, v) * z0);
+            st(A.dv, brow, tt, h, v + 1, ld(A.w, brow, tt, h, v + 1) * z1);
+            st(A.dw, brow, tt, h, v, v0 * z0);
+            st(A.dw, brow, tt, h, v + 1, v1 * z1);
+          } else {
+            st(A.dv, brow, tt, h, v, beta * z0);
+            st(A.dv, brow, tt, h, v + 1, beta * z1);
+            svz[hr] = fmaf(v1, z1, fmaf(v0, z0, svz[hr]));
+          }
         }
+    }
+    if (!chan_bw) {  // Σ_v v Z̄ over this warp's half of the columns, then over the two halves
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        svz[hr] += __shfl_xor_sync(0xffffffffu, svz[hr], 1);
+        svz[hr] += __shfl_xor_sync(0xffffffffu, svz[hr], 2);
+        if (t == 0) rowp[vh * kC + 16 * J + g + 8 * hr] = svz[hr];
+      }
+    }
     __syncthreads();  // every warp has read Ū
+    if (!chan_bw && tid < kC) tot[3 * kC + tid] = rowp[tid] + rowp[kC + tid];
 #pragma unroll
     for (int p = 0; p < NP; ++p)
 #pragma unroll
       for (int q = 0; q < 2; ++q)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-          Yp.put2(16 * J + g + 8 * hh, vh * (V / 2) + 16 * p + 8 * q + 2 * t, acc[p][q][2 * hh], acc[p][q][2 * hh + 1]);
+        for (int hr = 0; hr < 2; ++hr)
+          Yp.put2(16 * J + g + 8 * hr, vh * (V / 2) + 16 * p + 8 * q + 2 * t, acc[p][q][2 * hr], acc[p][q][2 * hr + 1]);
   }
   __syncthreads();
 
@@ -310,13 +401,13 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
     for (int i = 0; i < 3; ++i) {
       if (i >= cnt) break;
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = 16 * I + g + 8 * hh, j = 8 * (nt0 + i) + 2 * t;
-        float m0 = s * accM[i][2 * hh], m1 = s * accM[i][2 * hh + 1];
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * I + g + 8 * hr, j = 8 * (nt0 + i) + 2 * t;
+        float m0 = s * accM[i][2 * hr], m1 = s * accM[i][2 * hr + 1];
         if (j == r) mdiag[r] = m0;
         if (j + 1 == r) mdiag[r] = m1;
         Mp.put2(r, j, j < r ? m0 : 0.f, j + 1 < r ? m1 : 0.f);
-        Tp.put2(r, j, j < r ? -accT[i][2 * hh] : 0.f, j + 1 < r ? -accT[i][2 * hh + 1] : 0.f);
+        Tp.put2(r, j, j < r ? -accT[i][2 * hr] : 0.f, j + 1 < r ? -accT[i][2 * hr + 1] : 0.f);
       }
     }
   }
@@ -325,36 +416,61 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   // ---- 3. slabs of kSW key channels ----
   const int I = warp >> 1, hh = warp & 1;  // this warp's row block and 16 channels of the slab
   for (int cb = 0; cb < K; cb += kSW) {
-    // 3a. q, k, b (beta for the scalar-gate variants), raw g; S and Ŝ' rows, ρ.
-    for (int i = tid; i < kC * kSW; i += kThreads) {
-      const int r = i / kSW, c = i % kSW, cg = cb + c;
-      float qv = 0.f, kv = 0.f, bv = 0.f, gv = 0.f;
-      if (r < n) {
-        const int64_t tt = t0 + r;
-        qv = ld(A.q, brow, tt, h, cg);
-        kv = ld(A.k, brow, tt, h, cg);
-        bv = chan_bw ? ld(A.b, brow, tt, h, cg) : ld(A.beta, brow, tt, h, 0);
-        gv = A.variant == kDeltanet ? 0.f : ld(A.g, brow, tt, h, chan_g ? cg : 0);
-      }
-      qsl[r * QP + c] = __float2bfloat16_rn(qv);
-      ksl[r * QP + c] = __float2bfloat16_rn(kv);
-      bsl[r * QP + c] = __float2bfloat16_rn(bv);
-      Gs[r * GP + c] = gv * kLog2e;
-    }
+    // 3a. q, k, b (beta for the scalar-gate variants), raw g (all loads first); S and Ŝ' rows, ρ.
     {
-      // thread -> channel c = tid / 8 of the slab, value columns (tid % 8) * V/8 ..
-      const int c = tid >> 3, part = tid & 7;
+      const int r = tid >> 2, c = 8 * (tid & 3), cg = cb + c;  // eight channels of one row
+      float qv[8], kv[8], bv[8], gv[8];
+      const int64_t tt = t0 + r;
+      if (r < n) {
+        ld8(A.q, brow, tt, h, cg, vec, qv);
+        ld8(A.k, brow, tt, h, cg, vec, kv);
+        if (chan_bw) {
+          ld8(A.b, brow, tt, h, cg, vec, bv);
+        } else {
+          const float beta = ld(A.beta, brow, tt, h, 0);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) bv[e] = beta;
+        }
+        if (chan_g) {
+          ld8(A.g, brow, tt, h, cg, vec, gv);
+        } else {
+          const float g0 = A.variant == kDeltanet ? 0.f : ld(A.g, brow, tt, h, 0);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) gv[e] = g0;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) qv[e] = kv[e] = bv[e] = gv[e] = 0.f;
+      }
+      const int cs_ = tid >> 3, part = tid & 7;  // S, Ŝ': channel cs_ of the slab, value columns part*V/8..
       constexpr int VP = V / 8;
-      const float* Sg = A.cs + (cht * K + cb + c) * V + part * VP;
-      const float* Hg = G.ds + (cht * K + cb + c) * V + part * VP;
+      const float4* Sg = reinterpret_cast<const float4*>(A.cs + (cht * K + cb + cs_) * V + part * VP);
+      const float4* Hg = reinterpret_cast<const float4*>(G.ds + (cht * K + cb + cs_) * V + part * VP);
+      float4 xs[VP / 4], xh[VP / 4];
+#pragma unroll
+      for (int j = 0; j < VP / 4; ++j) xs[j] = Sg[j], xh[j] = Hg[j];
+      uint4 pq, pk, pb;
+      bf* eq = reinterpret_cast<bf*>(&pq);
+      bf* ek = reinterpret_cast<bf*>(&pk);
+      bf* eb = reinterpret_cast<bf*>(&pb);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        eq[e] = __float2bfloat16_rn(qv[e]);
+        ek[e] = __float2bfloat16_rn(kv[e]);
+        eb[e] = __float2bfloat16_rn(bv[e]);
+        Gs[r * GP + c + e] = gv[e] * kLog2e;
+      }
+      *reinterpret_cast<uint4*>(qsl + r * QP + c) = pq;
+      *reinterpret_cast<uint4*>(ksl + r * QP + c) = pk;
+      *reinterpret_cast<uint4*>(bsl + r * QP + c) = pb;
       float acc = 0.f;
 #pragma unroll
-      for (int v = 0; v < VP; v += 4) {
-        const float4 x = *reinterpret_cast<const float4*>(Sg + v), y = *reinterpret_cast<const float4*>(Hg + v);
-        Ss.put2(c, part * VP + v, x.x, x.y);
-        Ss.put2(c, part * VP + v + 2, x.z, x.w);
-        Shp.put2(c, part * VP + v, y.x, y.y);
-        Shp.put2(c, part * VP + v + 2, y.z, y.w);
+      for (int j = 0; j < VP / 4; ++j) {
+        const float4 x = xs[j], y = xh[j];
+        Ss.put2(cs_, part * VP + 4 * j, x.x, x.y);
+        Ss.put2(cs_, part * VP + 4 * j + 2, x.z, x.w);
+        Shp.put2(cs_, part * VP + 4 * j, y.x, y.y);
+        Shp.put2(cs_, part * VP + 4 * j + 2, y.z, y.w);
         acc = fmaf(y.x, x.x, acc);
         acc = fmaf(y.y, x.y, acc);
         acc = fmaf(y.z, x.z, acc);
@@ -363,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       acc += __shfl_xor_sync(0xffffffffu, acc, 1);
       acc += __shfl_xor_sync(0xffffffffu, acc, 2);
       acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-      if (part == 0) rho[c] = A.mutant == kMutantNoDecayRho ? 0.f : acc;
+      if (part == 0) rho[cs_] = A.mutant == kMutantNoDecayRho ? 0.f : acc;
     }
     __syncthreads();
     {  // in-chunk cumulative log2-decay (rows past the chunk: g = 0); eight threads of eight rows
@@ -378,8 +494,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       float before = 0.f;
 #pragma unroll
       for (int o = 1; o < 8; ++o) {
-        const float tot = __shfl_sync(0xffffffffu, run, (lane & ~7) | ((sg + o) & 7));
-        if (sg + o >= 8) before += tot;
+        const float tot8 = __shfl_sync(0xffffffffu, run, (lane & ~7) | ((sg + o) & 7));
+        if (sg + o >= 8) before += tot8;
       }
 #pragma unroll
       for (int i = 0; i < 8; ++i) Gs[(8 * sg + i) * GP + c] = x[i] + before;
@@ -416,12 +532,16 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
 
     // 3c. §6.2 on tensor cores. Lane element (hr, q, e): row r = 16I + g + 8hr, slab channel
     // c = 16hh + 8q + 2t + e (accumulator entry 2hr + e of n-tile q).
+    auto mval = [&](int r, int c) {  // the query-side vector m of the QED arms (MATH.md §2)
+      const float qq = __bfloat162float(qsl[r * QP + c]);
+      if (A.arm == kArmFull) return __bfloat162float(bsl[r * QP + c]) * qq;
+      if (A.arm == kArmRand) return __bfloat162float(bsl[r * QP + c]) * A.r[h * K + cb + c];
+      return qq;
+    };
     auto aval = [&](int r, int c) {  // erase vector a (MATH.md §2) from the slab tiles
       const float kk = __bfloat162float(ksl[r * QP + c]), bb = __bfloat162float(bsl[r * QP + c]);
       if (!qed) return bb * kk;
-      const float qq = __bfloat162float(qsl[r * QP + c]);
-      const float m = A.arm == kArmFull ? bb * qq : (A.arm == kArmRand ? bb * A.r[h * K + cb + c] : qq);
-      return fmaf(bb, kk, fmaf(lam, m, -lam * coef[r] * kk));
+      return fmaf(bb, kk, fmaf(lam, mval(r, c), -lam * coef[r] * kk));
     };
     const uint32_t stI = steep[I];
     float aB[2][4], qB[2][4], kB[2][4];  // ā°, q̄°, k̄° (diagonal M̄ terms left out)
@@ -444,9 +564,11 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
           for (int reg = 0; reg < 2; ++reg) {
             const int j = 16 * J + 2 * t + 8 * reg;
-            float x0 = __bfloat162float(ksl[j * QP + c]) * ex2(R - Gs[j * GP + c]);
-            float x1 = __bfloat162float(ksl[(j + 1) * QP + c]) * ex2(R - Gs[(j + 1) * GP + c]);
-            if (drop) x0 = x1 = 0.f;
+            float x0 = 0.f, x1 = 0.f;
+            if (!drop) {
+              x0 = __bfloat162float(ksl[j * QP + c]) * ex2(R - Gs[j * GP + c]);
+              x1 = __bfloat162float(ksl[(j + 1) * QP + c]) * ex2(R - Gs[(j + 1) * GP + c]);
+            }
             uint32_t x[NT];
             split2<NT>(x0, x1, x);
 #pragma unroll
@@ -525,7 +647,9 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         }
     }
 
-    // 3d. ā, q̄, k̄ into the token arrays; Ḡ' and K̂⊙K̂̄ for the decay gradient.
+    // 3d. ā, q̄, k̄; Ḡ' and K̂⊙K̂̄ for the decay gradient; the §5.2 VJP where it needs no sum over
+    // channels (every variant but QED), per-token partial sums where it does.
+    float rA[2][4], rB[2][4];  // per-element terms of this slab's per-token sums
 #pragma unroll
     for (int q = 0; q < 2; ++q)
 #pragma unroll
@@ -533,21 +657,50 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         const int r = 16 * I + g + 8 * (e >> 1), c = 16 * hh + 8 * q + 2 * t + (e & 1);
         const float Gr = Gs[r * GP + c], gam = ex2(Gr), kh = ex2(Gs[(kC - 1) * GP + c] - Gr);
         const float kk = __bfloat162float(ksl[r * QP + c]), qq = __bfloat162float(qsl[r * QP + c]);
+        const float bb = __bfloat162float(bsl[r * QP + c]);
         const float ab = fmaf(-aA[q][e], gam, aB[q][e]);
         const float qb = fmaf(s * aQ[q][e], gam, qB[q][e]);
         const float kb = kB[q][e];
         Gp[r * XP + c] = aval(r, c) * ab + qq * qb - kk * kb;
         KK[r * XP + c] = kk * kh * aK[q][e];
-        if (r < n) {
-          const int64_t o = tokk(r) + cb + c;
-          float kfull = fmaf(mdiag[r], qq, kb);
-          if (A.mutant != kMutantNoKhatGrad) kfull = fmaf(aK[q][e], kh, kfull);
+        float kfull = fmaf(mdiag[r], qq, kb);
+        if (A.mutant != kMutantNoKhatGrad) kfull = fmaf(aK[q][e], kh, kfull);
+        const float qfull = fmaf(mdiag[r], kk, qb);
+        rA[q][e] = rB[q][e] = 0.f;
+        if (r >= n) continue;
+        const int64_t tt = t0 + r, cg = cb + c;
+        if (qed) {  // finished after the slabs, once k.ā is known
+          const int64_t o = tokk(r) + cg;
           A.tok_k[o] = ab;
-          A.tok_k[BTHK + o] = fmaf(mdiag[r], kk, qb);
+          A.tok_k[BTHK + o] = qfull;
           A.tok_k[2 * BTHK + o] = kfull;
+          rA[q][e] = kk * ab;                               // e = k.ā
+          rB[q][e] = ab * (mval(r, c) - coef[r] * kk);      // dlambda
+        } else {
+          st(A.dq, brow, tt, h, cg, qfull);
+          st(A.dk, brow, tt, h, cg, fmaf(ab, bb, kfull));
+          if (chan_bw)
+            st(A.db, brow, tt, h, cg, ab * kk);
+          else
+            rA[q][e] = ab * kk;  // dbeta
         }
       }
+    if (qed || !chan_bw) {
+      float a0, a1, b0, b1;
+      row_sums16(rA, a0, a1);
+      row_sums16(rB, b0, b1);
+      if (t == 0) {
+        rowp[(0 + hh) * kC + 16 * I + g] = a0;
+        rowp[(0 + hh) * kC + 16 * I + g + 8] = a1;
+        rowp[(2 + hh) * kC + 16 * I + g] = b0;
+        rowp[(2 + hh) * kC + 16 * I + g + 8] = b1;
+      }
+    }
     __syncthreads();
+    if ((qed || !chan_bw) && tid < kC) {  // this slab's partial sums, in slab order
+      tot[tid] += rowp[tid] + rowp[kC + tid];
+      tot[kC + tid] += rowp[2 * kC + tid] + rowp[3 * kC + tid];
+    }
     // 3e. §6.3: ḡ_i = γ_n ρ + Σ_{j<i} K̂_j⊙K̂̄_j + Σ_{r>=i} Ḡ'_r per channel; eight threads of eight
     // rows each, the segment totals combined over the eight lanes in a fixed order.
     {
@@ -576,23 +729,67 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         if (sg + o >= 8) before += tk;
       }
       const float base = rho[c] * ex2(Gs[(kC - 1) * GP + c]) + before;
+      float gb[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int r = r0 + i;
-        if (r < n) A.tok_k[3 * BTHK + tokk(r) + cb + c] = (suf[i] + after) + (base + pre[i]);
+        gb[i] = (suf[i] + after) + (base + pre[i]);
+        if (chan_g && r < n) st(A.dg, brow, t0 + r, h, cb + c, gb[i]);
+      }
+      if (A.variant == kGdn) {  // scalar decay: Σ over channels, this warp's four first
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float x = gb[i];
+          x += __shfl_xor_sync(0xffffffffu, x, 8);
+          x += __shfl_xor_sync(0xffffffffu, x, 16);
+          if (lane < 8) rowq[warp * kC + r0 + i] = x;
+        }
       }
     }
     __syncthreads();
-  }
-
-  // ---- 4. token VJPs (§5.2) of the chunk's tokens, one warp per token ----
-  for (int r = warp; r < n; r += kWarps) {
-    const int64_t item = (brow * A.T + t0 + r) * A.H + h;
-    token_item(A, item, lane, 32, [](float x) {
+    if (A.variant == kGdn && tid < kC) {  // the eight warps' sums, in warp order, then slab order
+      float x = 0.f;
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-      return x;
-    });
+      for (int w = 0; w < kWarps; ++w) x += rowq[w * kC + tid];
+      tot[2 * kC + tid] += x;
+    }
+  }
+  __syncthreads();
+
+  // ---- 4. what needs every channel: dlambda, dbeta, gdn's dg, and QED's dq, dk, db (k.ā) ----
+  if (tid < n) {
+    const int64_t tt = t0 + tid;
+    if (qed) A.dlam_tok[item(tid)] = tot[kC + tid];
+    if (!chan_bw) st(A.dbeta, brow, tt, h, 0, tot[tid] + tot[3 * kC + tid]);
+    if (A.variant == kGdn) st(A.dg, brow, tt, h, 0, tot[2 * kC + tid]);
+  }
+  if (qed) {  // MATH.md §5.2, as token_item (chunked_backward_tile.hpp) has it
+    for (int i = tid; i < n * K; i += kThreads) {
+      const int r = i / K, c = i % K;
+      const int64_t tt = t0 + r, o = tokk(r) + c;
+      const float ab = A.tok_k[o], qf = A.tok_k[BTHK + o], kf = A.tok_k[2 * BTHK + o];
+      const float kk = ld(A.k, brow, tt, h, c), bb = ld(A.b, brow, tt, h, c), qq = ld(A.q, brow, tt, h, c);
+      const float m = A.arm == kArmFull ? bb * qq : (A.arm == kArmRand ? bb * A.r[h * K + c] : qq);
+      const float nn = nnr[r], f = coef[r], ee = tot[r];
+      float dq = qf, dk = fmaf(ab, bb, kf), db = ab * kk;
+      float mbar = lam * ab;
+      if (nn > 0.f) {
+        mbar = lam * (ab - kk * (ee / nn));
+        if (A.mutant != kMutantNoProjGrad) dk -= lam * (f * ab + (ee / nn) * m - 2.f * f * (ee / nn) * kk);
+      }
+      if (A.arm == kArmFull) {
+        dq = fmaf(mbar, bb, dq);
+        db = fmaf(mbar, qq, db);
+      } else if (A.arm == kArmRand) {
+        db = fmaf(mbar, A.r[h * K + c], db);
+        A.dr_tok[item(r) * K + c] = mbar * bb;
+      } else {
+        dq += mbar;
+      }
+      st(A.dq, brow, tt, h, c, dq);
+      st(A.dk, brow, tt, h, c, dk);
+      st(A.db, brow, tt, h, c, db);
+    }
   }
 }
 

@@ -19,6 +19,7 @@ struct GradArgs {
   int64_t bblob = 0;            // bytes per (chunk, head)
   int64_t lm_off = 0;           // offset of L in a blob
   float max_diag = 64.f;        // steepest in-block decay (log2) of the factored diagonal blocks
+  int vec = 0;                  // rows of q, k, b, g and do may be read in 16-byte pieces
 };
 
 // bf16 inputs, K and V in {64, 128}; one block per (chunk slot, head).

@@ -295,7 +295,10 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
 #pragma unroll
       for (int e = 0; e < 4; ++e) accT[i][e] = accM[i][e] = 0.f;
     for (int kb = 0; kb < K / 16; ++kb) {
-      uint32_t aT[NT * 4], aM[NTQ * 4];
+      // M in the forward's read-out precision; the backward (BWD) feeds it to the state adjoint,
+      // so there it takes the state path's terms.
+      constexpr int NTM = BWD ? NT : NTQ;
+      uint32_t aT[NT * 4], aM[NTM * 4];
       int prevI = -1;
 #pragma unroll
       for (int it = 0; it < NI; ++it) {
@@ -312,13 +315,13 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
             const float e1 = ex2(s.G[r][c + 1] - (p < 0 ? 0.f : s.G[p][c + 1]));
             float k2[2], b2[2], q2[2];
             X.pair(r, c, k2, b2, q2);
-            uint32_t x[NT], y[NTQ];
+            uint32_t x[NT], y[NTM];
             split2<NT>(X.aval_of(k2[0], b2[0], q2[0], r, c) * e0, X.aval_of(k2[1], b2[1], q2[1], r, c + 1) * e1, x);
-            split2<NTQ>(q2[0] * e0, q2[1] * e1, y);
+            split2<NTM>(q2[0] * e0, q2[1] * e1, y);
 #pragma unroll
             for (int i = 0; i < NT; ++i) aT[4 * i + reg] = x[i];
 #pragma unroll
-            for (int i = 0; i < NTQ; ++i) aM[4 * i + reg] = y[i];
+            for (int i = 0; i < NTM; ++i) aM[4 * i + reg] = y[i];
           }
         }
         uint32_t bK[NT * 2];
@@ -344,7 +347,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
           }
         }
         mma_split<NT, NT>(accT[it], aT, bK);
-        mma_split<NTQ, NTQ>(accM[it], aM, bK);
+        mma_split<NTM, NTM>(accM[it], aM, bK);
       }
     }
 #pragma unroll
