@@ -54,7 +54,8 @@ if ! cmake -S "$ROOT/bench/device" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Relea
   build_ok=0
 fi
 if [[ $build_ok == 1 ]]; then
-  ninja -C "$BUILD" -j"$JOBS" -k 0 device_all >>"$OUT/build.log" 2>&1 || build_ok=0
+  # QED_DEVICE_TARGETS: build only these ninja targets (default device_all: every GPU test and benchmark)
+  ninja -C "$BUILD" -j"$JOBS" -k 0 ${QED_DEVICE_TARGETS:-device_all} >>"$OUT/build.log" 2>&1 || build_ok=0
 fi
 t1=$(date +%s)
 
