@@ -33,6 +33,10 @@ FP32, BF16 = 0, 1
 VARIANT = {"gdn2": 0, "qed": 1, "kda": 2, "gdn": 3, "deltanet": 4}
 ARM = {"none": 0, "full": 1, "nogate": 2, "nogate_noproj": 3, "rand": 4}
 DEV = "cuda"
+# The backward pipeline these benchmarks call "ours" (bf16 inputs; kernels/chunked_api.hpp): v2,
+# with the former pipeline v1 beside it where a table says so.
+OURS_BWD = "v2"
+os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = OURS_BWD
 
 
 class Chunked:
@@ -629,7 +633,7 @@ def backward_vs_peer(lib, log):
         try:
             ours1 = lib.backward(x, do)
         finally:
-            os.environ.pop("QEDCHECK_CHUNKED_BWD_IMPL", None)
+            os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = OURS_BWD
         leaves = peer_fwd_bwd(x, do)
         torch.cuda.synchronize()
         names = ("q", "k", "v", "g", "b", "w")
@@ -672,7 +676,7 @@ def timings_backward(lib, log, quick, have_peer):
             try:
                 row["ours_bwd_v1_ms"] = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16), warmup=1, reps=3)[0]
             finally:
-                os.environ.pop("QEDCHECK_CHUNKED_BWD_IMPL", None)
+                os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = OURS_BWD
         row["ours_fwdbwd_ms"] = time_ms(lambda: (fwd(), bwd()))[0]
         xq = dict(x)
         xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
@@ -718,7 +722,7 @@ def backward_phases(lib, log, impls=("v2", "v1")):
                 log("[bwd phases] " + json.dumps(rows[-1]))
     finally:
         os.environ.pop("QEDCHECK_CHUNKED_BWD_STOP", None)
-        os.environ.pop("QEDCHECK_CHUNKED_BWD_IMPL", None)
+        os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = OURS_BWD
     del x, do, gr
     lib.wsb = torch.empty(0, dtype=torch.uint8, device=DEV)
     torch.cuda.empty_cache()

@@ -486,14 +486,19 @@ Status check(const ChunkedBackwardParams& p) {
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
-// Which pipeline runs: "v2" (bf16 inputs: the recompute also keeps U and the backward's blobs, a
-// reverse sweep on tensor cores, one chunk-parallel gradient pass; kernels/chunked_bwd_sweep.cu,
-// kernels/chunked_bwd_grads.cu) or "v1" (fp32 inputs, and QEDCHECK_CHUNKED_BWD_IMPL=v1: the block
-// functions of chunked_backward_tile.hpp, fp32 matrices through the workspace).
+// Which pipeline runs: "v2" (bf16 inputs only: the recompute also keeps U and the backward's blobs,
+// a reverse sweep on tensor cores, one chunk-parallel gradient pass; kernels/chunked_bwd_sweep.cu,
+// kernels/chunked_bwd_grads.cu) or "v1" (the block functions of chunked_backward_tile.hpp, fp32
+// matrices through the workspace; every fp32 input). QEDCHECK_CHUNKED_BWD_IMPL=v1|v2 chooses for
+// bf16 inputs.
+// Which pipeline bf16 inputs take when QEDCHECK_CHUNKED_BWD_IMPL does not say (v1 or v2).
+constexpr bool kDefaultV2 = false;
 bool use_v2(const ChunkedBackwardParams& p) {
   if (p.in.q.dtype != DType::bf16) return false;
   const char* e = std::getenv("QEDCHECK_CHUNKED_BWD_IMPL");
-  return !(e && std::strcmp(e, "v1") == 0);
+  if (e && std::strcmp(e, "v1") == 0) return false;
+  if (e && std::strcmp(e, "v2") == 0) return true;
+  return kDefaultV2;
 }
 
 struct Layout {

@@ -92,6 +92,17 @@ TEST(GpuChunkedBackward, AllVariantsBf16) {
   for (const auto& g : variant_sweep(base_seed() + 101)) judge(g, DType::bf16, i++ % 2 == 1);
 }
 
+// bf16 inputs have two pipelines (kernels/chunked_api.hpp); whichever is not the default runs here.
+TEST(GpuChunkedBackward, BothPipelinesAllVariantsBf16) {
+  REQUIRE_DEVICE();
+  for (const char* impl : {"v1", "v2"}) {
+    ScopedEnv env("QEDCHECK_CHUNKED_BWD_IMPL", impl);
+    std::printf("[pipeline %s]\n", impl);
+    int i = 0;
+    for (const auto& g : variant_sweep(base_seed() + 105)) judge(g, DType::bf16, i++ % 2 == 0);
+  }
+}
+
 TEST(GpuChunkedBackward, RegimesBf16T4096) {
   REQUIRE_DEVICE();
   for (const auto& g : regime_sweep(quick() ? 1000 : 4096, 1, base_seed() + 102))
@@ -326,11 +337,12 @@ TEST(GpuChunkedBackward, MutantIsCaught) {
   EXPECT_FALSE(J.ok) << "the khat mutant passes the tolerance rule: the check is too weak";
 }
 
-// The same for the bf16 pipeline (kernels/chunked_bwd_grads.cu): without the K̂̄ term of k̄, or
+// The same for the bf16 pipeline v2 (kernels/chunked_bwd_grads.cu): without the K̂̄ term of k̄, or
 // without ρ in the decay gradient, it must fail the bf16 rule. ρ enters ḡ scaled by the chunk's
 // whole decay, e^-45 or so in the std regime, so that mutant runs with slow decays.
 TEST(GpuChunkedBackward, MutantsAreCaughtBf16) {
   REQUIRE_DEVICE();
+  ScopedEnv impl("QEDCHECK_CHUNKED_BWD_IMPL", "v2");
   for (const char* m : {"khat", "rho"}) {
     ScopedEnv env("QEDCHECK_CHUNKED_BWD_MUTANT", m);
     fixtures::GenSpec g;
