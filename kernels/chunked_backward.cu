@@ -560,10 +560,11 @@ Status layout_for(const ChunkedBackwardParams& p, Layout* out) {
     L.part = off;
     off = align256(off + bound * H * L.n_vt * static_cast<size_t>(cb::part_floats(pr.K)) * 4);
   }
+  // v1: ā, q̄, k̄, ḡ and Z̄ per token; v2 keeps only QED's ā, q̄, k̄ (its final VJP pass reads them).
   L.tok_k = off;
-  off = align256(off + 4 * BTH * K * 4);
+  off = align256(off + (L.v2 ? (pr.variant == Variant::qed ? 3 : 0) : 4) * BTH * K * 4);
   L.tok_v = off;
-  off = align256(off + BTH * V * 4);
+  if (!L.v2) off = align256(off + BTH * V * 4);
   L.dlam = off;
   if (lay.has_lambda) off = align256(off + BTH * 4);
   L.dr = off;
@@ -600,18 +601,10 @@ int sweep_mt(const Problem& pr) {
     const int mt = std::atoi(e);
     if ((mt == 1 || mt == 2 || mt == 4) && vt16 % mt == 0) return mt;
   }
-  int dev = 0, sms = 132;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = chunked::num_sms();
   for (int mt = 4; mt > 1; mt /= 2)
     if (vt16 % mt == 0 && 4 * lanes * (vt16 / mt) >= 3 * int64_t{sms}) return mt;
   return 1;
-}
-
-bool aligned16(const SeqTensor& t, int elem) {
-  const int ve = 16 / elem;
-  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride_b % ve == 0 && t.stride_t % ve == 0 &&
-         t.stride_h % ve == 0;
 }
 
 // The v2 passes after the recompute: the reverse sweep (every chunk's Ŝ' and Ū, dh0), then the
@@ -622,7 +615,7 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
                    const cb::BwdArgs& A, cudaStream_t st, const Go& go) {
   const Problem& pr = p.problem;
   fa.dout = {p.do_.data, p.do_.stride_b, p.do_.stride_t, p.do_.stride_h, 1};
-  fa.vec_do = aligned16(p.do_, 2);
+  fa.vec_do = chunked::rows_aligned16(p.do_, 2);
   fa.dht = p.dht.data;
   fa.dht_sn = p.dht.stride_n, fa.dht_sh = p.dht.stride_h, fa.dht_sk = p.dht.stride_k;
   fa.ds = reinterpret_cast<float*>(ws + L.ds);
@@ -643,8 +636,9 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
   const bool chan_bw = pr.variant == Variant::gdn2 || pr.variant == Variant::qed;
   const bool chan_g = chan_bw || pr.variant == Variant::kda;
   const int ge = p.in.g.dtype == DType::fp32 ? 4 : 2;
-  G.vec = aligned16(p.in.q, 2) && aligned16(p.in.k, 2) && aligned16(p.do_, 2) && (!chan_bw || aligned16(p.in.b, 2)) &&
-          (!chan_g || aligned16(p.in.g, ge));
+  using chunked::rows_aligned16;
+  G.vec = rows_aligned16(p.in.q, 2) && rows_aligned16(p.in.k, 2) && rows_aligned16(p.do_, 2) &&
+          (!chan_bw || rows_aligned16(p.in.b, 2)) && (!chan_g || rows_aligned16(p.in.g, ge));
   return cb::launch_grads(G, L.bound, st);
 }
 

@@ -1,6 +1,6 @@
-// Chunk-parallel gradient pass of the chunked backward (MATH.md §6.1-§6.3, §5.2), one block of eight
-// warps per (chunk, head), after the recomputing forward (S_[n] of every chunk, U, L) and the reverse
-// sweep (Ŝ' = the adjoint of the chunk's end state, Ū; chunked_bwd_sweep.cu). In order:
+// Chunk-parallel gradient pass of the chunked backward (MATH.md §6.1-§6.3, §5.2), one block of
+// eight warps per (chunk, head), after the recomputing forward (S_[n] of every chunk, U, L) and the
+// reverse sweep (Ŝ' = the adjoint of the chunk's end state, Ū; chunked_bwd_sweep.cu). In order:
 //  1. Ȳ = Lᵀ Ū, the chunk's Z̄ (into the token array the VJPs read);
 //  2. M̄ = s tril(Ō Uᵀ) (its diagonal kept apart) and T̄ = −stril(Ȳ Uᵀ);
 //  3. per slab of 32 key channels: Q̃̄ = s Ō Sᵀ, Ã̄ = −Ȳ Sᵀ, K̂̄ = U Ŝ'ᵀ, ρ = rowsum(Ŝ'⊙S); then
@@ -99,10 +99,10 @@ struct Planes {
 
 template <int K, int V, int NT>
 struct GradSmem {
-  using O = Planes<kC, V, 1>;    // Ō (bf16 do: one term)
-  using UP = Planes<kC, V, NT>;  // U; Ū, then Ȳ
-  using TP = Planes<kC, kC, NT>; // T̄, M̄ (strictly lower), L
-  using SP = Planes<kSW, V, NT>; // S, Ŝ' rows of a slab
+  using O = Planes<kC, V, 1>;         // Ō (bf16 do: one term)
+  using UP = Planes<kC, V, NT>;       // U; Ū, then Ȳ
+  using TP = Planes<kC, kC, NT>;      // T̄, M̄ (strictly lower), L
+  using SP = Planes<kSW, V, NT>;      // S, Ŝ' rows of a slab
   static constexpr int QP = kSW + 8;  // bf16 slab tiles of q, k, b
   static constexpr int GP = kSW + 4;  // fp32 slab tile of G
   static constexpr int XP = kSW + 1;  // fp32 slab tiles of Ḡ', K̂⊙K̂̄
@@ -111,7 +111,8 @@ struct GradSmem {
   static constexpr int oY = oU + UP::bytes;
   static constexpr int oT = oY + UP::bytes;
   static constexpr int oM = oT + TP::bytes;
-  static constexpr int oMisc = oM + TP::bytes;  // coef, k.k, M̄ diagonal; per-token sums; rho, steep masks
+  static constexpr int oMisc =
+      oM + TP::bytes;  // coef, k.k, M̄ diagonal; per-token sums; rho, steep masks
   static constexpr int oSlab = oMisc + 4 * (3 * kC + 4 * kC + 12 * kC + kSW + 4);
   // the slab area: L in step 1, then per slab
   static constexpr int oL = oSlab;
@@ -125,7 +126,8 @@ struct GradSmem {
   static constexpr int oKK = oGp + kC * XP * 4;
   static constexpr int slab_end = oKK + kC * XP * 4;
   static constexpr int total = (slab_end > oL + TP::bytes ? slab_end : oL + TP::bytes);
-  static_assert(oSlab % 16 == 0 && oSh % 16 == 0 && oq % 16 == 0 && oG % 16 == 0, "GradSmem: 16-byte alignment");
+  static_assert(oSlab % 16 == 0 && oSh % 16 == 0 && oq % 16 == 0 && oG % 16 == 0,
+                "GradSmem: 16-byte alignment");
 };
 
 // Warp tasks of step 2 (M̄, T̄): row block I and the 8-column tiles nt0 .. nt0+cnt-1 of it, the
@@ -142,7 +144,8 @@ __device__ __forceinline__ void step2_task(int warp, int& I, int& nt0, int& cnt)
 
 // Eight consecutive elements c0.. of one row of a bf16 or fp32 [B,T,H,D] input (16-byte loads when
 // the host found its rows aligned: `vec`).
-__device__ __forceinline__ void ld8(const SeqIn& x, int64_t brow, int64_t t, int64_t h, int c0, bool vec, float* o) {
+__device__ __forceinline__ void ld8(const SeqIn& x, int64_t brow, int64_t t, int64_t h, int c0,
+                                    bool vec, float* o) {
   const int64_t i = brow * x.sb + t * x.st + h * x.sh + c0;
   if (vec && x.dt == 1) {
     const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + i);
@@ -204,13 +207,14 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   const TP Tp{reinterpret_cast<bf*>(sm + Z::oT)};
   const TP Mp{reinterpret_cast<bf*>(sm + Z::oM)};
   const TP Lp{reinterpret_cast<bf*>(sm + Z::oL)};
-  float* coef = reinterpret_cast<float*>(sm + Z::oMisc);  // [kC] (k.m)/(k.k), projected arms, else 0
-  float* nnr = coef + kC;                                  // [kC] k.k where projected, else 0
-  float* mdiag = nnr + kC;                                 // [kC] s (Ō Uᵀ)_rr
-  float* tot = mdiag + kC;                                 // [4][kC] per-token sums (see below)
-  float* rowp = tot + 4 * kC;                              // [4][kC] per-slab partial row sums (3d)
-  float* rowq = rowp + 4 * kC;                             // [8][kC] per-slab partial row sums (3e)
-  float* rho = rowq + 8 * kC;                              // [kSW]
+  float* coef =
+      reinterpret_cast<float*>(sm + Z::oMisc);  // [kC] (k.m)/(k.k), projected arms, else 0
+  float* nnr = coef + kC;                       // [kC] k.k where projected, else 0
+  float* mdiag = nnr + kC;                      // [kC] s (Ō Uᵀ)_rr
+  float* tot = mdiag + kC;                      // [4][kC] per-token sums (see below)
+  float* rowp = tot + 4 * kC;                   // [4][kC] per-slab partial row sums (3d)
+  float* rowq = rowp + 4 * kC;                  // [8][kC] per-slab partial row sums (3e)
+  float* rho = rowq + 8 * kC;                   // [kSW]
   uint32_t* steep = reinterpret_cast<uint32_t*>(rho + kSW);  // [4] one bit per slab channel
   const SP Ss{reinterpret_cast<bf*>(sm + Z::oS)};
   const SP Shp{reinterpret_cast<bf*>(sm + Z::oSh)};
@@ -240,7 +244,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         chunked::cp16(dst, dp + brow * A.dout.sb + (t0 + r) * A.dout.st + h * A.dout.sh + c);
       } else {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dst[e] = __float2bfloat16_rn(ld(A.dout, brow, t0 + r, h, c + e));
+        for (int e = 0; e < 8; ++e)
+          dst[e] = __float2bfloat16_rn(ld(A.dout, brow, t0 + r, h, c + e));
       }
     }
     chunked::cp_commit();
@@ -268,7 +273,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       Lp.put2(r, c + 2, xl[j].z, xl[j].w);
     }
   }
-  for (int i = tid; i < 2 * TP::bytes / 16; i += kThreads) reinterpret_cast<uint4*>(sm + Z::oT)[i] = make_uint4(0, 0, 0, 0);
+  for (int i = tid; i < 2 * TP::bytes / 16; i += kThreads)
+    reinterpret_cast<uint4*>(sm + Z::oT)[i] = make_uint4(0, 0, 0, 0);
   for (int i = tid; i < 4 * kC; i += kThreads) tot[i] = 0.f;
   {  // four threads per row, eight channels per load, sums combined over the four in a fixed order
     const int r = tid >> 2, part = tid & 3;
@@ -282,7 +288,9 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         ld8(A.q, brow, t0 + r, h, c0, vec, qq);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const float m = A.arm == kArmFull ? bb[e] * qq[e] : (A.arm == kArmRand ? bb[e] * A.r[h * K + c0 + e] : qq[e]);
+          const float m = A.arm == kArmFull
+                              ? bb[e] * qq[e]
+                              : (A.arm == kArmRand ? bb[e] * A.r[h * K + c0 + e] : qq[e]);
           nn = fmaf(kk[e], kk[e], nn);
           km = fmaf(kk[e], m, km);
         }
@@ -366,7 +374,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       for (int q = 0; q < 2; ++q)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr)
-          Yp.put2(16 * J + g + 8 * hr, vh * (V / 2) + 16 * p + 8 * q + 2 * t, acc[p][q][2 * hr], acc[p][q][2 * hr + 1]);
+          Yp.put2(16 * J + g + 8 * hr, vh * (V / 2) + 16 * p + 8 * q + 2 * t, acc[p][q][2 * hr],
+                  acc[p][q][2 * hr + 1]);
   }
   __syncthreads();
 
@@ -442,10 +451,13 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) qv[e] = kv[e] = bv[e] = gv[e] = 0.f;
       }
-      const int cs_ = tid >> 3, part = tid & 7;  // S, Ŝ': channel cs_ of the slab, value columns part*V/8..
+      const int cs_ = tid >> 3,
+                part = tid & 7;  // S, Ŝ': channel cs_ of the slab, value columns part*V/8..
       constexpr int VP = V / 8;
-      const float4* Sg = reinterpret_cast<const float4*>(A.cs + (cht * K + cb + cs_) * V + part * VP);
-      const float4* Hg = reinterpret_cast<const float4*>(G.ds + (cht * K + cb + cs_) * V + part * VP);
+      const float4* Sg =
+          reinterpret_cast<const float4*>(A.cs + (cht * K + cb + cs_) * V + part * VP);
+      const float4* Hg =
+          reinterpret_cast<const float4*>(G.ds + (cht * K + cb + cs_) * V + part * VP);
       float4 xs[VP / 4], xh[VP / 4];
 #pragma unroll
       for (int j = 0; j < VP / 4; ++j) xs[j] = Sg[j], xh[j] = Hg[j];
@@ -503,7 +515,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
     __syncthreads();
     if (warp < 4) {  // steep channels of diagonal block `warp`
       const float Gpr = warp == 0 ? 0.f : Gs[(16 * warp - 1) * GP + lane];
-      const unsigned m = __ballot_sync(0xffffffffu, (Gpr - Gs[(16 * warp + 15) * GP + lane]) > G.max_diag);
+      const unsigned m =
+          __ballot_sync(0xffffffffu, (Gpr - Gs[(16 * warp + 15) * GP + lane]) > G.max_diag);
       if (lane == 0) steep[warp] = m;
     }
 
@@ -603,10 +616,12 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
           for (int reg = 0; reg < 2; ++reg) {
             const int r = 16 * J + 2 * t + 8 * reg;
-            const float e0 = drop ? 0.f : ex2(Gs[r * GP + c] - R), e1 = drop ? 0.f : ex2(Gs[(r + 1) * GP + c] - R);
+            const float e0 = drop ? 0.f : ex2(Gs[r * GP + c] - R),
+                        e1 = drop ? 0.f : ex2(Gs[(r + 1) * GP + c] - R);
             uint32_t x[NT], y[NT];
             split2<NT>(aval(r, c) * e0, aval(r + 1, c) * e1, x);
-            split2<NT>(__bfloat162float(qsl[r * QP + c]) * e0, __bfloat162float(qsl[(r + 1) * QP + c]) * e1, y);
+            split2<NT>(__bfloat162float(qsl[r * QP + c]) * e0,
+                       __bfloat162float(qsl[(r + 1) * QP + c]) * e1, y);
 #pragma unroll
             for (int i = 0; i < NT; ++i) ba[2 * i + reg] = x[i], bq[2 * i + reg] = y[i];
           }
@@ -638,7 +653,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
             qb = fmaf(Mp.get(r, j), kd, qb);
           }
           for (int r2 = r + 1; r2 < 16 * I + 16; ++r2) {
-            const float x = fmaf(Tp.get(r2, r), aval(r2, c), Mp.get(r2, r) * __bfloat162float(qsl[r2 * QP + c]));
+            const float x = fmaf(Tp.get(r2, r), aval(r2, c),
+                                 Mp.get(r2, r) * __bfloat162float(qsl[r2 * QP + c]));
             kb = fmaf(x, ex2(Gs[r2 * GP + c] - Gr), kb);
           }
           aB[q][e] += ab;
@@ -674,8 +690,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
           A.tok_k[o] = ab;
           A.tok_k[BTHK + o] = qfull;
           A.tok_k[2 * BTHK + o] = kfull;
-          rA[q][e] = kk * ab;                               // e = k.ā
-          rB[q][e] = ab * (mval(r, c) - coef[r] * kk);      // dlambda
+          rA[q][e] = kk * ab;                           // e = k.ā
+          rB[q][e] = ab * (mval(r, c) - coef[r] * kk);  // dlambda
         } else {
           st(A.dq, brow, tt, h, cg, qfull);
           st(A.dk, brow, tt, h, cg, fmaf(ab, bb, kfull));
@@ -768,14 +784,16 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       const int r = i / K, c = i % K;
       const int64_t tt = t0 + r, o = tokk(r) + c;
       const float ab = A.tok_k[o], qf = A.tok_k[BTHK + o], kf = A.tok_k[2 * BTHK + o];
-      const float kk = ld(A.k, brow, tt, h, c), bb = ld(A.b, brow, tt, h, c), qq = ld(A.q, brow, tt, h, c);
+      const float kk = ld(A.k, brow, tt, h, c), bb = ld(A.b, brow, tt, h, c),
+                  qq = ld(A.q, brow, tt, h, c);
       const float m = A.arm == kArmFull ? bb * qq : (A.arm == kArmRand ? bb * A.r[h * K + c] : qq);
       const float nn = nnr[r], f = coef[r], ee = tot[r];
       float dq = qf, dk = fmaf(ab, bb, kf), db = ab * kk;
       float mbar = lam * ab;
       if (nn > 0.f) {
         mbar = lam * (ab - kk * (ee / nn));
-        if (A.mutant != kMutantNoProjGrad) dk -= lam * (f * ab + (ee / nn) * m - 2.f * f * (ee / nn) * kk);
+        if (A.mutant != kMutantNoProjGrad)
+          dk -= lam * (f * ab + (ee / nn) * m - 2.f * f * (ee / nn) * kk);
       }
       if (A.arm == kArmFull) {
         dq = fmaf(mbar, bb, dq);
@@ -801,14 +819,16 @@ cudaError_t launch_t(const GradArgs& G, int64_t chunks, cudaStream_t st) {
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
   if (e != cudaSuccess) return e;
   if (chunks == 0 || G.b.H == 0) return cudaSuccess;
-  kern<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(G.b.H)), kThreads, Z::total, st>>>(G);
+  kern<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(G.b.H)), kThreads, Z::total,
+         st>>>(G);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t launch_grads(const GradArgs& G, int64_t chunks, cudaStream_t st) {
-  if (G.b.K == 64) return G.b.V == 64 ? launch_t<64, 64>(G, chunks, st) : launch_t<64, 128>(G, chunks, st);
+  if (G.b.K == 64)
+    return G.b.V == 64 ? launch_t<64, 64>(G, chunks, st) : launch_t<64, 128>(G, chunks, st);
   return G.b.V == 64 ? launch_t<128, 64>(G, chunks, st) : launch_t<128, 128>(G, chunks, st);
 }
 

@@ -5,11 +5,11 @@
 // the second from §6.1's Ŝ = s Q̃ᵀ Ō + Diag(γ) Ŝ' − Ãᵀ Ȳ with Ãᵀ Ȳ = Ãᵀ Lᵀ Ū = W_aᵀ Ū.
 // Every chunk's Ŝ' (fp32 [chunk][H][K][V]) and Ū (fp32 [chunk][H][kC][V]) go to the workspace for
 // the chunk-parallel gradient pass (chunked_bwd_grads.cu); Ŝ of the first chunk is dh0.
-// It is the forward's state pass (chunked_state.cu) run backwards: the same warp shares and the same
-// staging of Ŝᵀ and Ūᵀ as A operands through shared memory (two barriers per chunk), the backward's
-// blob (BwdLayout: K̂ᵀ in W_aᵀ's place, -W_a and s Q̃ in K̂'s, s M for Mᵀ) and the chunk decay of the
-// forward's blob, streamed by cp.async one phase ahead; Ōᵀ comes from a tile of do per chunk
-// (ldmatrix.trans), loaded a whole chunk ahead into one of two buffers.
+// It is the forward's state pass (chunked_state.cu) run backwards: the same warp shares and the
+// same staging of Ŝᵀ and Ūᵀ as A operands through shared memory (two barriers per chunk), the
+// backward's blob (BwdLayout: K̂ᵀ in W_aᵀ's place, -W_a and s Q̃ in K̂'s, s M for Mᵀ) and the chunk
+// decay of the forward's blob, streamed by cp.async one phase ahead; Ōᵀ comes from a tile of do per
+// chunk (ldmatrix.trans), loaded a whole chunk ahead into one of two buffers.
 #include <cstdlib>
 
 #include "kernels/chunked_common.cuh"
@@ -33,7 +33,8 @@ struct SweepSizes {
   static constexpr int bufB = 2 * bWN + bGC;  // -W_a, s Q̃, γ
   static constexpr int sbuf = MT * (K / 16) * NT * 32 * 16;
   static constexpr int ubuf = MT * 4 * NT * 32 * 16;
-  static constexpr int DP = 16 * MT + 16 / static_cast<int>(sizeof(InT));  // do tile pitch: +16 bytes
+  static constexpr int DP =
+      16 * MT + 16 / static_cast<int>(sizeof(InT));  // do tile pitch: +16 bytes
   static constexpr int dtile = kC * DP * static_cast<int>(sizeof(InT));
   static constexpr int total = kSweepWarps * (bufA + bufB) + sbuf + ubuf + 2 * dtile;
 };
@@ -44,7 +45,8 @@ __global__ void __launch_bounds__(kSweepWarps * 32) sweep_kernel(const Args A) {
   using Lb = BwdLayout<K, NT, NT>;
   using Z = SweepSizes<InT, K, MT, NT>;
   using Sh = WarpShare<K, kSweepWarps>;
-  constexpr int KW = Sh::KW, NKB = K / 16, NN = Sh::NNW, RT = Sh::RT, NO = Z::NO, FB = Z::FB, DP = Z::DP;
+  constexpr int KW = Sh::KW, NKB = K / 16, NN = Sh::NNW, RT = Sh::RT, NO = Z::NO, FB = Z::FB,
+                DP = Z::DP;
   constexpr int NTH = kSweepWarps * 32;
   extern __shared__ __align__(16) unsigned char sm[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -68,12 +70,15 @@ __global__ void __launch_bounds__(kSweepWarps * 32) sweep_kernel(const Args A) {
   auto loadA = [&](int64_t ci) {
     const char* bb = bblob(ci);
     warp_copy_segs(bufA, bb + Lb::kKT + (rb * NKB * 2 + nt0) * FB, NKB, RT * FB, 2 * FB, lane);
-    warp_copy_segs(bufA + Z::aKT, bb + Lb::kMN + ((rb * 4 + rb) * 2 + nt0) * FB, 4 - rb, RT * FB, 2 * FB, lane);
+    warp_copy_segs(bufA + Z::aKT, bb + Lb::kMN + ((rb * 4 + rb) * 2 + nt0) * FB, 4 - rb, RT * FB,
+                   2 * FB, lane);
   };
   auto loadB = [&](int64_t ci) {
     const char* bb = bblob(ci);
-    warp_copy_segs(bufB, bb + Lb::kWN + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB, Sh::NQ4 * FB, lane);
-    warp_copy_segs(bufB + Z::bWN, bb + Lb::kQN + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB, Sh::NQ4 * FB, lane);
+    warp_copy_segs(bufB, bb + Lb::kWN + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB, Sh::NQ4 * FB,
+                   lane);
+    warp_copy_segs(bufB + Z::bWN, bb + Lb::kQN + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB,
+                   Sh::NQ4 * FB, lane);
     warp_copy(bufB + 2 * Z::bWN, blob_ptr(A, c0 + ci, h) + Lw::kGC + warp * KW * 4, KW * 4, lane);
   };
   // The chunk's rows of do, columns v0.., into tile buffer `buf` (rows past the chunk: zeros).
@@ -104,7 +109,8 @@ __global__ void __launch_bounds__(kSweepWarps * 32) sweep_kernel(const Args A) {
   // Ōᵀ as the A operand (m: value columns 16m.., k: chunk rows 16kb..) from a do tile.
   auto frag_o = [&](const InT* dt, int m, int kb, uint32_t* a) {
     if constexpr (NO == 1) {
-      ldsm_x4_t(a, dt + (16 * kb + (lane & 7) + 8 * ((lane >> 4) & 1)) * DP + 16 * m + 8 * ((lane >> 3) & 1));
+      ldsm_x4_t(a, dt + (16 * kb + (lane & 7) + 8 * ((lane >> 4) & 1)) * DP + 16 * m +
+                       8 * ((lane >> 3) & 1));
     } else {
 #pragma unroll
       for (int reg = 0; reg < 4; ++reg) {
@@ -126,7 +132,8 @@ __global__ void __launch_bounds__(kSweepWarps * 32) sweep_kernel(const Args A) {
     for (int n = 0; n < NN; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        accS[m][n][e] = A.dht ? A.dht[seq * A.dht_sn + h * A.dht_sh + kch(n, e) * A.dht_sk + vcol(m, e)] : 0.f;
+        accS[m][n][e] =
+            A.dht ? A.dht[seq * A.dht_sn + h * A.dht_sh + kch(n, e) * A.dht_sk + vcol(m, e)] : 0.f;
   auto writeS = [&]() {
 #pragma unroll
     for (int kb2 = 0; kb2 < KW / 16; ++kb2) {
@@ -229,7 +236,8 @@ __global__ void __launch_bounds__(kSweepWarps * 32) sweep_kernel(const Args A) {
           split2<NT>(accU[m][nt][2], accU[m][nt][3], r1);
 #pragma unroll
           for (int i = 0; i < NT; ++i)
-            reinterpret_cast<uint2*>(Ubuf)[(((m * 4 + rb) * NT + i) * 32 + lane) * 2 + nt0 + nt] = make_uint2(r0[i], r1[i]);
+            reinterpret_cast<uint2*>(Ubuf)[(((m * 4 + rb) * NT + i) * 32 + lane) * 2 + nt0 + nt] =
+                make_uint2(r0[i], r1[i]);
         }
     }
     __syncthreads();
@@ -302,8 +310,8 @@ cudaError_t launch_sweep_t(const Args& A, cudaStream_t st) {
   if (e != cudaSuccess) return e;
   const int64_t vt = A.V / (16 * MT);
   if (A.N == 0 || A.H == 0) return cudaSuccess;
-  kern<<<dim3(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(vt)), kSweepWarps * 32,
-         Z::total, st>>>(A);
+  kern<<<dim3(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(vt)),
+         kSweepWarps * 32, Z::total, st>>>(A);
   return cudaGetLastError();
 }
 
@@ -331,10 +339,14 @@ int sweep_smem_k(int MT) {
 // bf16 inputs: value tiles of 16, 32 or 64 columns; fp32 inputs (three-term fragments): 16.
 int sweep_smem_bytes(int K, int MT, Mode m) {
   switch (m) {
-    case Mode::bf16: return K == 64 ? sweep_smem_k<__nv_bfloat16, 64, 2, 1>(MT) : sweep_smem_k<__nv_bfloat16, 128, 2, 1>(MT);
-    case Mode::fp32: return K == 64 ? sweep_smem_k<float, 64, 3, 3>(MT) : sweep_smem_k<float, 128, 3, 3>(MT);
+    case Mode::bf16:
+      return K == 64 ? sweep_smem_k<__nv_bfloat16, 64, 2, 1>(MT)
+                     : sweep_smem_k<__nv_bfloat16, 128, 2, 1>(MT);
+    case Mode::fp32:
+      return K == 64 ? sweep_smem_k<float, 64, 3, 3>(MT) : sweep_smem_k<float, 128, 3, 3>(MT);
     case Mode::bf16_single:
-      return K == 64 ? sweep_smem_k<__nv_bfloat16, 64, 1, 1>(MT) : sweep_smem_k<__nv_bfloat16, 128, 1, 1>(MT);
+      return K == 64 ? sweep_smem_k<__nv_bfloat16, 64, 1, 1>(MT)
+                     : sweep_smem_k<__nv_bfloat16, 128, 1, 1>(MT);
   }
   return 0;
 }
@@ -345,7 +357,8 @@ cudaError_t launch_sweep(const Args& A, Mode m, int MT, cudaStream_t st) {
       return A.K == 64 ? launch_sweep_k<__nv_bfloat16, 64, 2, 1>(A, MT, st)
                        : launch_sweep_k<__nv_bfloat16, 128, 2, 1>(A, MT, st);
     case Mode::fp32:
-      return A.K == 64 ? launch_sweep_k<float, 64, 3, 3>(A, MT, st) : launch_sweep_k<float, 128, 3, 3>(A, MT, st);
+      return A.K == 64 ? launch_sweep_k<float, 64, 3, 3>(A, MT, st)
+                       : launch_sweep_k<float, 128, 3, 3>(A, MT, st);
     case Mode::bf16_single:
       return A.K == 64 ? launch_sweep_k<__nv_bfloat16, 64, 1, 1>(A, MT, st)
                        : launch_sweep_k<__nv_bfloat16, 128, 1, 1>(A, MT, st);

@@ -287,6 +287,14 @@ struct BwdHooks {
 };
 Status forward_for_backward(const ChunkedForwardParams& p, const BwdHooks& hooks, Args* used);
 size_t forward_workspace_bytes(const Problem& pr, Mode m);  // of the forward in mode m
+int num_sms();  // multiprocessors of the current device (cached)
+// Whether a [B,T,H,D] tensor's rows may be read in 16-byte pieces (no tensor: nothing to read).
+inline bool rows_aligned16(const SeqTensor& t, int elem) {
+  if (!t.data) return true;
+  const int ve = 16 / elem;
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride_b % ve == 0 && t.stride_t % ve == 0 &&
+         t.stride_h % ve == 0;
+}
 // The backward's reverse sweep (chunked_bwd_sweep.cu), value tiles of 16*MT columns.
 int sweep_smem_bytes(int K, int MT, Mode m);
 cudaError_t launch_sweep(const Args& A, Mode m, int MT, cudaStream_t st);

@@ -50,16 +50,6 @@ int64_t chunk_bound(const Problem& pr) {
   return pr.cu_seqlens ? per + pr.sequences() : pr.B * per;
 }
 
-int num_sms() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 132;
-  }();
-  return n;
-}
-
 // Value-tile width 16*MT: the widest tile that still gives enough blocks to fill the machine
 // (wider tiles re-read the workspace fewer times): about two four-warp blocks per multiprocessor
 // (they share one), about one eight-warp block. Measured on an H200 (reports/device/chunked.md
@@ -78,7 +68,7 @@ int choose_mt(const ChunkedForwardParams& p, Mode m) {
   // Blocks wanted, in eighths of a multiprocessor: 14/8 for four warps with bulk loads (K = 128),
   // 7/8 otherwise (eight warps, and K = 64 as measured before).
   const bool four = pr.K == 128 && chunked::state_warps(128) == 4;
-  const int64_t want = (four ? 14 : 7) * int64_t{num_sms()};
+  const int64_t want = (four ? 14 : 7) * int64_t{chunked::num_sms()};
   for (int mt = max_mt; mt > 1; mt /= 2)
     if (vt16 % mt == 0 && 8 * lanes * (vt16 / mt) >= want) return mt;
   return 1;
@@ -111,13 +101,6 @@ Status check(const ChunkedForwardParams& p) {
   if (p.o.dtype != DType::bf16 && p.o.dtype != DType::fp32)
     return unsupported(std::string("o dtype ") + to_string(p.o.dtype) + " (bf16 or fp32 only)");
   return {};
-}
-
-bool aligned16(const SeqTensor& t, int elem) {
-  if (!t.data) return true;
-  const int ve = 16 / elem;
-  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride_b % ve == 0 &&
-         t.stride_t % ve == 0 && t.stride_h % ve == 0;
 }
 
 Args make_args(const ChunkedForwardParams& p, Mode m) {
@@ -164,9 +147,11 @@ Args make_args(const ChunkedForwardParams& p, Mode m) {
   A.blob = chunked::blob_bytes(static_cast<int>(pr.K), pr.V, m);
   const int elem = p.in.q.dtype == DType::fp32 ? 4 : 2;
   const bool chan_b = pr.variant == Variant::gdn2 || pr.variant == Variant::qed;
-  A.vec = aligned16(p.in.q, elem) && aligned16(p.in.k, elem) && (!chan_b || aligned16(p.in.b, elem));
-  A.vec_g = p.in.g.data && p.in.g.dtype == p.in.q.dtype && aligned16(p.in.g, elem);
-  A.vec_vw = aligned16(p.in.v, elem) && (!chan_b || aligned16(p.in.w, elem));
+  using chunked::rows_aligned16;
+  A.vec = rows_aligned16(p.in.q, elem) && rows_aligned16(p.in.k, elem) &&
+          (!chan_b || rows_aligned16(p.in.b, elem));
+  A.vec_g = p.in.g.data && p.in.g.dtype == p.in.q.dtype && rows_aligned16(p.in.g, elem);
+  A.vec_vw = rows_aligned16(p.in.v, elem) && (!chan_b || rows_aligned16(p.in.w, elem));
   if (std::strcmp(mutant(), "nofallback") == 0) A.max_diag = 1e30f;
   if (std::strcmp(mutant(), "bulkload") == 0) A.load_mutant = 1;
   // Benchmark hook: QEDCHECK_CHUNKED_PREP_STOP=k (1..7) ends the prep pass after its phase k
@@ -183,6 +168,16 @@ size_t base_bytes(const Problem& pr) {
 }  // namespace
 
 namespace chunked {
+int num_sms() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+
 size_t forward_workspace_bytes(const Problem& pr, Mode m) {
   return base_bytes(pr) + static_cast<size_t>(chunk_bound(pr)) * static_cast<size_t>(pr.H) *
                               static_cast<size_t>(blob_bytes(static_cast<int>(pr.K), pr.V, m));
@@ -254,7 +249,8 @@ Status chunked_forward(const ChunkedForwardParams& p) {
 namespace chunked {
 Status forward_for_backward(const ChunkedForwardParams& p, const BwdHooks& hooks, Args* used) {
   if (Status s = check(p); !s.ok()) return s;
-  if (!p.workspace) return {StatusCode::invalid_argument, "chunked_forward: the backward's recompute needs a workspace"};
+  if (!p.workspace)
+    return {StatusCode::invalid_argument, "chunked_forward: the backward's recompute needs a workspace"};
   return run_forward(p, Mode::bf16, &hooks, used);
 }
 }  // namespace chunked

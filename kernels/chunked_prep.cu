@@ -745,14 +745,20 @@ cudaError_t launch_prep_bf16(const Args& A, Mode m, int64_t grid_chunks, cudaStr
 
 int64_t bwd_blob_bytes(int K, Mode m) {
   const int nt = mode_nt(m);
-  if (K == 64) return nt == 3 ? BwdLayout<64, 3, 3>::bytes : (nt == 2 ? BwdLayout<64, 2, 2>::bytes : BwdLayout<64, 1, 1>::bytes);
-  return nt == 3 ? BwdLayout<128, 3, 3>::bytes : (nt == 2 ? BwdLayout<128, 2, 2>::bytes : BwdLayout<128, 1, 1>::bytes);
+  if (K == 64)
+    return nt == 3 ? BwdLayout<64, 3, 3>::bytes
+                   : (nt == 2 ? BwdLayout<64, 2, 2>::bytes : BwdLayout<64, 1, 1>::bytes);
+  return nt == 3 ? BwdLayout<128, 3, 3>::bytes
+                 : (nt == 2 ? BwdLayout<128, 2, 2>::bytes : BwdLayout<128, 1, 1>::bytes);
 }
 
 int64_t bwd_lm_offset(int K, Mode m) {
   const int nt = mode_nt(m);
-  if (K == 64) return nt == 3 ? BwdLayout<64, 3, 3>::kLM : (nt == 2 ? BwdLayout<64, 2, 2>::kLM : BwdLayout<64, 1, 1>::kLM);
-  return nt == 3 ? BwdLayout<128, 3, 3>::kLM : (nt == 2 ? BwdLayout<128, 2, 2>::kLM : BwdLayout<128, 1, 1>::kLM);
+  if (K == 64)
+    return nt == 3 ? BwdLayout<64, 3, 3>::kLM
+                   : (nt == 2 ? BwdLayout<64, 2, 2>::kLM : BwdLayout<64, 1, 1>::kLM);
+  return nt == 3 ? BwdLayout<128, 3, 3>::kLM
+                 : (nt == 2 ? BwdLayout<128, 2, 2>::kLM : BwdLayout<128, 1, 1>::kLM);
 }
 
 int prep_smem_bytes(int K, bool fp32_inputs) {

@@ -15,10 +15,10 @@ namespace qed::kernels::chunked {
 // channel quarter QS (K/4 channels) from its n-tile NQ0 (NNW n-tiles of 8 channels).
 template <int K, int NW>
 struct WarpShare {
-  static constexpr int RT = 8 / NW;         // row n-tiles per warp (2 or 1)
-  static constexpr int KW = K / NW;         // key channels per warp
-  static constexpr int NNW = KW / 8;        // channel n-tiles per warp
-  static constexpr int NQ4 = K / 32;        // channel n-tiles per blob quarter
+  static constexpr int RT = 8 / NW;   // row n-tiles per warp (2 or 1)
+  static constexpr int KW = K / NW;   // key channels per warp
+  static constexpr int NNW = KW / 8;  // channel n-tiles per warp
+  static constexpr int NQ4 = K / 32;  // channel n-tiles per blob quarter
   static_assert(NW == 4 || (NW == 8 && K == 128), "state pass: 4 warps, or 8 at K = 128");
   __device__ static int rb(int warp) { return warp * RT / 2; }
   __device__ static int nt0(int warp) { return (warp * RT) % 2; }
@@ -38,7 +38,8 @@ __device__ __forceinline__ void load_b(const char* p, uint32_t* b) {
 
 // One warp copies `count` segments of `seg` bytes, `stride` bytes apart in global memory, to
 // consecutive places in shared memory (one contiguous copy when seg == stride).
-__device__ __forceinline__ void warp_copy_segs(char* dst, const char* src, int count, int seg, int stride, int lane) {
+__device__ __forceinline__ void warp_copy_segs(char* dst, const char* src, int count, int seg,
+                                               int stride, int lane) {
   if (seg == stride) {
     warp_copy(dst, src, count * seg, lane);
     return;
@@ -53,17 +54,19 @@ __device__ __forceinline__ uint32_t sh_addr(const void* p) {
 }
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(sh_addr(dst)),
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(sh_addr(dst)),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
 // This warp's part of one load: `count` segments of `seg` bytes, `stride` apart in global memory,
 // to consecutive places in shared memory (one segment when they are contiguous), spread over the
 // lanes from lane `base` on (base counts the segments of the load's earlier groups).
-__device__ __forceinline__ void bulk_segs(char* dst, const char* src, int count, int seg, int stride, int lane,
-                                          int& base, uint32_t bar) {
+__device__ __forceinline__ void bulk_segs(char* dst, const char* src, int count, int seg,
+                                          int stride, int lane, int& base, uint32_t bar) {
   if (seg == stride) seg *= count, count = 1;
-  for (int j = (lane - base) & 31; j < count; j += 32) bulk_copy(dst + j * seg, src + static_cast<int64_t>(j) * stride, seg, bar);
+  for (int j = (lane - base) & 31; j < count; j += 32)
+    bulk_copy(dst + j * seg, src + static_cast<int64_t>(j) * stride, seg, bar);
   base += count;
 }
 __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
