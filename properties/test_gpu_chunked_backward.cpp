@@ -3,7 +3,10 @@
 // QED arm, K, V in {64, 128}, T in {1, 63, 64, 65, 200, 1000, 4096}, varlen with empty
 // sequences, h0 and dht present or absent, the MATH.md §10 regimes, g = -20; against the CUDA
 // recurrent backward and against the host emulation of the same block functions on the GPU's
-// own chunk states; bitwise determinism over three runs; argument checks; a mutant.
+// own chunk states; bitwise determinism over three runs; argument checks; mutants. bf16 inputs
+// have two pipelines (kernels/chunked_api.hpp): these tests run the default one,
+// BothPipelinesAllVariantsBf16 runs both, and QEDCHECK_CHUNKED_BWD_IMPL=v1|v2 in the environment
+// picks one for every test of the file.
 // Tolerance rule, per gradient X, relF(x, r) = ||x - r||_F / ||r||_F (NaN never passes):
 //  fp32 inputs: relF(X) <= 8 max(relF_twin32(X), relF_rec32(X)) + 2e-6, twin32 = the float
 //               chunked reference (C = 64, operands none), rec32 = the float recurrence, both
