@@ -490,8 +490,7 @@ size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 // a reverse sweep on tensor cores, one chunk-parallel gradient pass; kernels/chunked_bwd_sweep.cu,
 // kernels/chunked_bwd_grads.cu) or "v1" (the block functions of chunked_backward_tile.hpp, fp32
 // matrices through the workspace; every fp32 input). QEDCHECK_CHUNKED_BWD_IMPL=v1|v2 chooses for
-// bf16 inputs.
-// Which pipeline bf16 inputs take when QEDCHECK_CHUNKED_BWD_IMPL does not say (v1 or v2).
+// bf16 inputs; kDefaultV2 is the choice when it does not say.
 constexpr bool kDefaultV2 = false;
 bool use_v2(const ChunkedBackwardParams& p) {
   if (p.in.q.dtype != DType::bf16) return false;
@@ -705,7 +704,9 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
   A.B = pr.B, A.T = pr.T, A.H = pr.H, A.K = pr.K, A.V = pr.V, A.N = pr.sequences();
   A.scale = pr.scale;
   A.cu = pr.cu_seqlens;
-  A.chunk_base = !pr.cu_seqlens ? nullptr : L.v2 ? fa.chunk_base : reinterpret_cast<const int64_t*>(ws + L.base);
+  A.chunk_base = !pr.cu_seqlens ? nullptr
+                 : L.v2         ? fa.chunk_base
+                                : reinterpret_cast<const int64_t*>(ws + L.base);
   A.chunks_per_seq = L.per;
   A.chunk_bound = L.bound;
   A.q = seq_in(p.in.q), A.k = seq_in(p.in.k), A.v = seq_in(p.in.v), A.g = seq_in(p.in.g);

@@ -42,7 +42,7 @@ struct SweepSizes {
 template <class InT, int K, int MT, int NT, int NTQ>
 __global__ void __launch_bounds__(kSweepWarps * 32) sweep_kernel(const Args A) {
   using Lw = WsLayout<K, NT, NTQ>;
-  using Lb = BwdLayout<K, NT, NT>;
+  using Lb = BwdLayout<K, NT>;
   using Z = SweepSizes<InT, K, MT, NT>;
   using Sh = WarpShare<K, kSweepWarps>;
   constexpr int KW = Sh::KW, NKB = K / 16, NN = Sh::NNW, RT = Sh::RT, NO = Z::NO, FB = Z::FB,
@@ -325,32 +325,9 @@ cudaError_t launch_sweep_k(const Args& A, int MT, cudaStream_t st) {
   return cudaErrorInvalidValue;
 }
 
-template <class InT, int K, int NT, int NTQ>
-int sweep_smem_k(int MT) {
-  if constexpr (sizeof(InT) == 2) {
-    if (MT == 4) return SweepSizes<InT, K, 4, NT>::total;
-    if (MT == 2) return SweepSizes<InT, K, 2, NT>::total;
-  }
-  return SweepSizes<InT, K, 1, NT>::total;
-}
-
 }  // namespace
 
 // bf16 inputs: value tiles of 16, 32 or 64 columns; fp32 inputs (three-term fragments): 16.
-int sweep_smem_bytes(int K, int MT, Mode m) {
-  switch (m) {
-    case Mode::bf16:
-      return K == 64 ? sweep_smem_k<__nv_bfloat16, 64, 2, 1>(MT)
-                     : sweep_smem_k<__nv_bfloat16, 128, 2, 1>(MT);
-    case Mode::fp32:
-      return K == 64 ? sweep_smem_k<float, 64, 3, 3>(MT) : sweep_smem_k<float, 128, 3, 3>(MT);
-    case Mode::bf16_single:
-      return K == 64 ? sweep_smem_k<__nv_bfloat16, 64, 1, 1>(MT)
-                     : sweep_smem_k<__nv_bfloat16, 128, 1, 1>(MT);
-  }
-  return 0;
-}
-
 cudaError_t launch_sweep(const Args& A, Mode m, int MT, cudaStream_t st) {
   switch (m) {
     case Mode::bf16:

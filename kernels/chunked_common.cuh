@@ -229,21 +229,22 @@ struct WsLayout {
 // What the reverse sweep of the backward (chunked_bwd_sweep.cu) consumes, B-fragments as in WsLayout,
 // and L for the chunk-parallel gradient pass (chunked_bwd_grads.cu):
 //  KT  K̂ᵀ (k: channel block kb, n: chunk rows 16w+8nt..)                 [w][kb][nt][lane], NT terms
-//  MN  s M (k: row block kb of M, n: columns 16w+8nt.. of M; kb >= w)     [w][kb][nt][lane], NTB terms
+//  MN  s M (k: row block kb of M, n: columns 16w+8nt.. of M; kb >= w)     [w][kb][nt][lane], NT terms
 //  WN  -W_a (k: chunk-row block kb, n: channels s*K/4 + 8nt..)            [s][kb][nt][lane], NT terms
-//  QN  s Q̃ (as WN)                                                        [s][kb][nt][lane], NTB terms
+//  QN  s Q̃ (as WN)                                                        [s][kb][nt][lane], NT terms
 //  LM  L = (I+T)^-1, fp32 [kC][kC] row-major
 // KT has WA's layout and WN, QN have KH's: the sweep walks them as the state pass walks those.
-template <int K, int NT, int NTB>
+// Every fragment takes the state path's NT terms (s M and s Q̃ feed the state adjoint).
+template <int K, int NT>
 struct BwdLayout {
   static constexpr int64_t kKT = 0;
   static constexpr int64_t nKT = 4LL * (K / 16) * 2 * 32 * NT * 8;
   static constexpr int64_t kMN = kKT + nKT;
-  static constexpr int64_t nMN = 4LL * 4 * 2 * 32 * NTB * 8;
+  static constexpr int64_t nMN = 4LL * 4 * 2 * 32 * NT * 8;
   static constexpr int64_t kWN = kMN + nMN;
   static constexpr int64_t nWN = 4LL * 4 * (K / 32) * 32 * NT * 8;
   static constexpr int64_t kQN = kWN + nWN;
-  static constexpr int64_t nQN = 4LL * 4 * (K / 32) * 32 * NTB * 8;
+  static constexpr int64_t nQN = 4LL * 4 * (K / 32) * 32 * NT * 8;
   static constexpr int64_t kLM = kQN + nQN;
   static constexpr int64_t nLM = 4LL * kC * kC;
   static constexpr int64_t bytes = (kLM + nLM + 255) / 256 * 256;
@@ -262,8 +263,6 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
 enum class Mode : int { bf16 = 0, fp32 = 1, bf16_single = 2 };
 constexpr int mode_nt(Mode m) { return m == Mode::fp32 ? 3 : (m == Mode::bf16 ? 2 : 1); }
 constexpr int mode_ntq(Mode m) { return m == Mode::fp32 ? 3 : 1; }
-// Terms of the backward's s M and s Q̃ (BwdLayout): they feed the state adjoint, so two for bf16.
-constexpr int mode_ntb(Mode m) { return m == Mode::fp32 ? 3 : (m == Mode::bf16 ? 2 : 1); }
 
 int64_t blob_bytes(int K, int64_t V, Mode m);
 int64_t bwd_blob_bytes(int K, Mode m);
@@ -296,7 +295,6 @@ inline bool rows_aligned16(const SeqTensor& t, int elem) {
          t.stride_h % ve == 0;
 }
 // The backward's reverse sweep (chunked_bwd_sweep.cu), value tiles of 16*MT columns.
-int sweep_smem_bytes(int K, int MT, Mode m);
 cudaError_t launch_sweep(const Args& A, Mode m, int MT, cudaStream_t st);
 
 }  // namespace qed::kernels::chunked

@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
   static_assert(NW == 4 || NW == 8, "prep_kernel: 4 or 8 warps");
   constexpr int NTH = NW * 32;
   using Lw = WsLayout<K, NT, NTQ>;
-  using Lb = BwdLayout<K, NT, NT>;
+  using Lb = BwdLayout<K, NT>;
   using Sm = PrepSmem<InT, K>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Sm& s = *reinterpret_cast<Sm*>(smem_raw);
@@ -746,19 +746,19 @@ cudaError_t launch_prep_bf16(const Args& A, Mode m, int64_t grid_chunks, cudaStr
 int64_t bwd_blob_bytes(int K, Mode m) {
   const int nt = mode_nt(m);
   if (K == 64)
-    return nt == 3 ? BwdLayout<64, 3, 3>::bytes
-                   : (nt == 2 ? BwdLayout<64, 2, 2>::bytes : BwdLayout<64, 1, 1>::bytes);
-  return nt == 3 ? BwdLayout<128, 3, 3>::bytes
-                 : (nt == 2 ? BwdLayout<128, 2, 2>::bytes : BwdLayout<128, 1, 1>::bytes);
+    return nt == 3 ? BwdLayout<64, 3>::bytes
+                   : (nt == 2 ? BwdLayout<64, 2>::bytes : BwdLayout<64, 1>::bytes);
+  return nt == 3 ? BwdLayout<128, 3>::bytes
+                 : (nt == 2 ? BwdLayout<128, 2>::bytes : BwdLayout<128, 1>::bytes);
 }
 
 int64_t bwd_lm_offset(int K, Mode m) {
   const int nt = mode_nt(m);
   if (K == 64)
-    return nt == 3 ? BwdLayout<64, 3, 3>::kLM
-                   : (nt == 2 ? BwdLayout<64, 2, 2>::kLM : BwdLayout<64, 1, 1>::kLM);
-  return nt == 3 ? BwdLayout<128, 3, 3>::kLM
-                 : (nt == 2 ? BwdLayout<128, 2, 2>::kLM : BwdLayout<128, 1, 1>::kLM);
+    return nt == 3 ? BwdLayout<64, 3>::kLM
+                   : (nt == 2 ? BwdLayout<64, 2>::kLM : BwdLayout<64, 1>::kLM);
+  return nt == 3 ? BwdLayout<128, 3>::kLM
+                 : (nt == 2 ? BwdLayout<128, 2>::kLM : BwdLayout<128, 1>::kLM);
 }
 
 int prep_smem_bytes(int K, bool fp32_inputs) {
