@@ -5,7 +5,9 @@ bench/bench_chunked.py times first), run once after one warm-up call, for a prof
       --section WarpStateStats --section Occupancy --section SourceCounters \\
       python3 bench/profile_chunked.py --lib-dir BUILD
 (BUILD: a bench/device build holding libchunked_capi.so; configure it with CUDAFLAGS=-lineinfo
-for source lines). QEDCHECK_CHUNKED_ONLY=prep|state runs one pass. Not a benchmark itself."""
+for source lines). QEDCHECK_CHUNKED_ONLY=prep|state runs one pass. --backward runs the chunked
+backward instead (bf16 gradients; its kernels: regex:grads_kernel, regex:sweep). Not a benchmark
+itself."""
 import argparse
 import os
 import sys
@@ -21,6 +23,7 @@ def main():
     ap.add_argument("--lib-dir", required=True)
     ap.add_argument("--shape", default="8,4096,16,128", help="B,T,H,K (V = K)")
     ap.add_argument("--variant", default="gdn2", choices=["gdn2", "qed"])
+    ap.add_argument("--backward", action="store_true", help="the backward instead of the forward")
     args = ap.parse_args()
     B, T, H, K = (int(s) for s in args.shape.split(","))
     lib = bc.Chunked(os.path.join(args.lib_dir, "libchunked_capi.so"))
@@ -28,11 +31,17 @@ def main():
                        torch.bfloat16, seed=1)
     o = torch.empty(B, T, H, K, dtype=torch.bfloat16, device=bc.DEV)
     ht = torch.empty(B, H, K, K, dtype=torch.float32, device=bc.DEV)
-    run = lib.prepare(x, o, ht)
+    if args.backward:
+        do = torch.randn(B, T, H, K, device=bc.DEV).to(torch.bfloat16)
+        gr = lib.grad_buffers(x, B, torch.bfloat16)
+        run = lib.prepare_backward(x, do, gr, g_dtype=bc.BF16)
+    else:
+        run = lib.prepare(x, o, ht)
     run()
     run()
     torch.cuda.synchronize()
-    print(f"ran the chunked forward twice, shape {args.shape}, {args.variant}")
+    what = "backward" if args.backward else "forward"
+    print(f"ran the chunked {what} twice, shape {args.shape}, {args.variant}")
 
 
 if __name__ == "__main__":
