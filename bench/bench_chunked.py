@@ -52,6 +52,12 @@ class Chunked:
         fb.argtypes = f.argtypes
         fb.restype = ctypes.c_int
         self.fb = fb
+        # the training pair: a forward that keeps the backward's recompute in the backward's
+        # workspace, and the backward that then skips it (kernels/chunked_api.hpp)
+        self.fs = self.lib.qed_chunked_forward_saving
+        self.fs.argtypes, self.fs.restype = f.argtypes, ctypes.c_int
+        self.fbs = self.lib.qed_chunked_backward_saved
+        self.fbs.argtypes, self.fbs.restype = f.argtypes, ctypes.c_int
         self.err = ctypes.create_string_buffer(2048)
         self.ws = torch.empty(0, dtype=torch.uint8, device=DEV)
         self.wsb = torch.empty(0, dtype=torch.uint8, device=DEV)
@@ -62,12 +68,21 @@ class Chunked:
         ts += [o, ht, cs, cu, None]
         return self._launcher(self.f, "chunked_forward", "ws", shape, x["scale"], ts, 14)
 
-    def prepare_backward(self, x, do, grads, dht=None, cu=None, g_dtype=FP32):
-        """Zero-argument launcher of chunked_backward; grads: dict of output tensors."""
+    def prepare_backward(self, x, do, grads, dht=None, cu=None, g_dtype=FP32, saved=False):
+        """Zero-argument launcher of chunked_backward; grads: dict of output tensors. saved: the
+        backward after prepare_forward_saving's launcher (same inputs; it skips the recompute)."""
         shape, ts = self._problem(x, g_dtype, cu)
         ts += [do, dht, cu, None]
         ts += [grads.get(n) for n in ("dq", "dk", "dv", "dg", "db", "dw", "dbeta", "dlambda", "dr", "dh0")]
-        return self._launcher(self.fb, "chunked_backward", "wsb", shape, x["scale"], ts, 13)
+        fn, name = (self.fbs, "chunked_backward (saved)") if saved else (self.fb, "chunked_backward")
+        return self._launcher(fn, name, "wsb", shape, x["scale"], ts, 13)
+
+    def prepare_forward_saving(self, x, o, ht=None, cu=None, o_dtype=BF16):
+        """Zero-argument launcher of chunked_forward_saving into the backward's workspace (make it
+        before prepare_backward(saved=True), which must find the workspace already sized)."""
+        shape, ts = self._problem(x, o_dtype, cu)
+        ts += [o, ht, None, cu, None]
+        return self._launcher(self.fs, "chunked_forward_saving", "wsb", shape, x["scale"], ts, 14)
 
     @staticmethod
     def _problem(x, out_dtype, cu):
@@ -678,14 +693,23 @@ def timings_backward(lib, log, quick, have_peer):
             finally:
                 os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = OURS_BWD
         row["ours_fwdbwd_ms"] = time_ms(lambda: (fwd(), bwd()))[0]
+        # the training pair: the forward keeps the recompute, the backward skips it
+        fsv = lib.prepare_forward_saving(x, o, ht)
+        bsv = lib.prepare_backward(x, do, gr, g_dtype=BF16, saved=True)
+        row["ours_fwdbwd_saved_ms"] = time_ms(lambda: (fsv(), bsv()))[0]
         xq = dict(x)
         xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
         grq = lib.grad_buffers(xq, B, torch.bfloat16)
         fq, bq = lib.prepare(xq, o, ht), lib.prepare_backward(xq, do, grq, g_dtype=BF16)
         row["ours_qed_fwdbwd_ms"] = time_ms(lambda: (fq(), bq()))[0]
+        fqs = lib.prepare_forward_saving(xq, o, ht)
+        bqs = lib.prepare_backward(xq, do, grq, g_dtype=BF16, saved=True)
+        row["ours_qed_fwdbwd_saved_ms"] = time_ms(lambda: (fqs(), bqs()))[0]
+        row["qed_over_gdn2_saved"] = row["ours_qed_fwdbwd_saved_ms"] / row["ours_fwdbwd_saved_ms"]
         if have_peer:
             row["peer_fwdbwd_ms"] = time_ms(lambda: peer_fwd_bwd(x, do))[0]
             row["peer_over_ours"] = row["peer_fwdbwd_ms"] / row["ours_fwdbwd_ms"]
+            row["peer_over_ours_saved"] = row["peer_fwdbwd_ms"] / row["ours_fwdbwd_saved_ms"]
             leaves = peer_fwd_bwd(x, do)
             torch.cuda.synchronize()
             row["grad_relF_vs_peer"] = {n: relF(gr["d" + n], l.grad) for n, l in
@@ -698,7 +722,7 @@ def timings_backward(lib, log, quick, have_peer):
     return rows
 
 
-def backward_phases(lib, log, impls=("v2", "v1")):
+def backward_phases(lib, log, impls=("v2",)):
     """The backward cut after each of its passes (QEDCHECK_CHUNKED_BWD_STOP=k), GDN-2 at
     [8,4096,16,128] bf16, for each pipeline (QEDCHECK_CHUNKED_BWD_IMPL): each pass's cost is the
     difference of neighbouring cuts."""
@@ -851,9 +875,14 @@ def main():
     if res.get("bwdtiming"):
         # Whole forward + backward against the peer's, then our two halves alone (no peer column:
         # the peer's time is only comparable with a whole step).
-        table(["shape", "ours fwd+bwd ms", "ours qed fwd+bwd ms", "peer fwd+bwd ms", "peer/ours", "workspace GB"],
-              [[r["shape"], f"{r['ours_fwdbwd_ms']:.3f}", f"{r['ours_qed_fwdbwd_ms']:.3f}",
-                f"{r.get('peer_fwdbwd_ms', nan):.3f}", f"{r.get('peer_over_ours', nan):.2f}x", f"{r['ws_gb']:.2f}"]
+        # "saved": the training pair (chunked_forward_saving, then the backward without its
+        # recompute); "recompute": chunked_forward, then the backward that recomputes.
+        table(["shape", "ours saved ms", "ours qed saved ms", "qed/gdn2", "ours recompute ms",
+               "ours qed recompute ms", "peer fwd+bwd ms", "peer/ours saved", "peer/ours recompute", "workspace GB"],
+              [[r["shape"], f"{r['ours_fwdbwd_saved_ms']:.3f}", f"{r['ours_qed_fwdbwd_saved_ms']:.3f}",
+                f"{r['qed_over_gdn2_saved']:.3f}", f"{r['ours_fwdbwd_ms']:.3f}", f"{r['ours_qed_fwdbwd_ms']:.3f}",
+                f"{r.get('peer_fwdbwd_ms', nan):.3f}", f"{r.get('peer_over_ours_saved', nan):.2f}x",
+                f"{r.get('peer_over_ours', nan):.2f}x", f"{r['ws_gb']:.2f}"]
                for r in res["bwdtiming"]])
         table(["shape", "ours fwd ms", "ours bwd ms", "bwd, former pipeline (v1) ms"],
               [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}", f"{r['ours_bwd_v1_ms']:.3f}"]

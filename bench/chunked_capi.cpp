@@ -69,8 +69,9 @@ extern "C" {
 // shape = {variant, arm, B, T, H, K, V, dtype, g_dtype, o_dtype, N (0: no cu_seqlens)}
 // ptrs = {q, k, v, g, b, w, beta, lambda, r, h0, o, ht, chunk_states, cu_seqlens, workspace}
 // With query != 0 only the workspace size is computed (into *ws_bytes).
-int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
-                        int query, void* stream, char* err, int errlen) {
+// saving != 0: chunked_forward_saving, the workspace being the backward's (query: its size).
+static int forward_impl(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
+                        int query, void* stream, char* err, int errlen, bool saving) {
   const int64_t T = shape[3], H = shape[4], K = shape[5], V = shape[6];
   ChunkedForwardParams p;
   p.problem = problem_of(shape, scale, stream, ptrs[13]);
@@ -80,20 +81,33 @@ int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, ui
   if (ptrs[12]) p.chunk_states = state_tensor_out(static_cast<float*>(ptrs[12]), H, K, V);
   if (query) {
     size_t n = 0;
-    const Status s = chunked_forward_workspace(p, &n);
+    const Status s = saving ? chunked_forward_saving_workspace(p, &n) : chunked_forward_workspace(p, &n);
     *ws_bytes = n;
     return report(s, err, errlen);
   }
+  if (saving) return report(chunked_forward_saving(p, ptrs[14], *ws_bytes), err, errlen);
   p.workspace = ptrs[14];
   p.workspace_bytes = *ws_bytes;
   return report(chunked_forward(p), err, errlen);
 }
 
+int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
+                        int query, void* stream, char* err, int errlen) {
+  return forward_impl(shape, scale, ptrs, ws_bytes, query, stream, err, errlen, false);
+}
+
+// The training forward (chunked_forward_saving): as qed_chunked_forward, but ptrs[14] is the
+// backward's workspace and the query returns its size; chunk_states (ptrs[12]) must be null.
+int qed_chunked_forward_saving(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
+                               int query, void* stream, char* err, int errlen) {
+  return forward_impl(shape, scale, ptrs, ws_bytes, query, stream, err, errlen, true);
+}
+
 // Backward: shape as qed_chunked_forward (o_dtype = the gradients' dtype);
 // ptrs = {q, k, v, g, b, w, beta, lambda, r, h0, do, dht, cu_seqlens, workspace,
 //         dq, dk, dv, dg, db, dw, dbeta, dlambda, dr, dh0}
-int qed_chunked_backward(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
-                         int query, void* stream, char* err, int errlen) {
+static int backward_impl(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
+                         int query, void* stream, char* err, int errlen, bool saved) {
   const DType dt = static_cast<DType>(shape[7]);
   const DType odt = static_cast<DType>(shape[9]);
   const int64_t T = shape[3], H = shape[4], K = shape[5], V = shape[6];
@@ -123,7 +137,19 @@ int qed_chunked_backward(const int64_t* shape, float scale, void* const* ptrs, u
   }
   p.workspace = ptrs[13];
   p.workspace_bytes = *ws_bytes;
+  p.saved_forward = saved;
   return report(chunked_backward(p), err, errlen);
+}
+
+int qed_chunked_backward(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
+                         int query, void* stream, char* err, int errlen) {
+  return backward_impl(shape, scale, ptrs, ws_bytes, query, stream, err, errlen, false);
+}
+
+// The backward after qed_chunked_forward_saving on the same workspace (saved_forward = true).
+int qed_chunked_backward_saved(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,
+                               int query, void* stream, char* err, int errlen) {
+  return backward_impl(shape, scale, ptrs, ws_bytes, query, stream, err, errlen, true);
 }
 
 }  // extern "C"

@@ -66,9 +66,22 @@ struct ChunkedBackwardParams {
   // freed on the stream.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // true: `workspace` already holds what chunked_forward_saving wrote for this problem and these
+  // inputs (same tensors, same contents, nothing run in that workspace since), and the recompute
+  // is skipped. The call cannot check this; anything else gives wrong gradients.
+  bool saved_forward = false;
 };
 
 Status chunked_backward_workspace(const ChunkedBackwardParams& p, size_t* bytes);
 Status chunked_backward(const ChunkedBackwardParams& p);
+
+// The training forward: o (and ht where given) exactly as chunked_forward computes them, run as
+// chunked_backward's recompute into `bwd_workspace` (chunked_backward_workspace() bytes for the
+// same problem and inputs, 256-byte aligned), so that a chunked_backward with saved_forward = true
+// and that workspace skips its recompute. chunk_states must be absent (the states stay in the
+// workspace); p.workspace is not used.
+Status chunked_forward_saving(const ChunkedForwardParams& p, void* bwd_workspace, size_t bwd_workspace_bytes);
+// The bwd_workspace bytes chunked_forward_saving needs (chunked_backward_workspace's number).
+Status chunked_forward_saving_workspace(const ChunkedForwardParams& p, size_t* bytes);
 
 }  // namespace qed::kernels

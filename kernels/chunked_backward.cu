@@ -491,7 +491,7 @@ size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 // kernels/chunked_bwd_grads.cu) or "v1" (the block functions of chunked_backward_tile.hpp, fp32
 // matrices through the workspace; every fp32 input). QEDCHECK_CHUNKED_BWD_IMPL=v1|v2 chooses for
 // bf16 inputs; kDefaultV2 is the choice when it does not say.
-constexpr bool kDefaultV2 = false;
+constexpr bool kDefaultV2 = true;
 bool use_v2(const ChunkedBackwardParams& p) {
   if (p.in.q.dtype != DType::bf16) return false;
   const char* e = std::getenv("QEDCHECK_CHUNKED_BWD_IMPL");
@@ -524,6 +524,15 @@ ChunkedForwardParams forward_params(const ChunkedBackwardParams& p, char* ws, co
   fp.workspace = ws ? ws + L.fwd : nullptr;
   fp.workspace_bytes = L.fwd_bytes;
   return fp;
+}
+
+// Where the v2 recompute puts U and the backward's blobs.
+chunked::BwdHooks hooks_of(const Layout& L, char* ws) {
+  chunked::BwdHooks hk;
+  hk.bws = ws + L.bws;
+  hk.bblob = L.bblob;
+  hk.u_out = reinterpret_cast<float*>(ws + L.u);
+  return hk;
 }
 
 Status layout_for(const ChunkedBackwardParams& p, Layout* out) {
@@ -638,6 +647,11 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
   using chunked::rows_aligned16;
   G.vec = rows_aligned16(p.in.q, 2) && rows_aligned16(p.in.k, 2) && rows_aligned16(p.do_, 2) &&
           (!chan_bw || rows_aligned16(p.in.b, 2)) && (!chan_g || rows_aligned16(p.in.g, ge));
+  G.vec_vw = rows_aligned16(p.in.v, 2) && (!chan_bw || rows_aligned16(p.in.w, 2));
+  const GradOutputs& o = p.grads;
+  auto out16 = [](const SeqTensorOut& t) { return rows_aligned16(t, t.dtype == DType::fp32 ? 4 : 2); };
+  G.vec_out = out16(o.dq) && out16(o.dk) && out16(o.dv) && (!chan_g || out16(o.dg)) &&
+              (!chan_bw || (out16(o.db) && out16(o.dw)));
   return cb::launch_grads(G, L.bound, st);
 }
 
@@ -667,6 +681,8 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(pr.stream);
   char* ws = static_cast<char*>(p.workspace);
   bool owned = false;
+  if (p.saved_forward && !ws)
+    return bad("saved_forward needs the workspace chunked_forward_saving filled (workspace is nullptr)");
   if (!ws) {
     void* m = nullptr;
     if (cudaError_t e = cudaMallocAsync(&m, L.total > 0 ? L.total : 256, st); e != cudaSuccess)
@@ -682,20 +698,19 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
 
   Status result;
   cudaError_t e = cudaSuccess;
-  // 0. Chunk-start states from the chunked forward (v2: also U and the backward's blobs).
+  // 0. Chunk-start states from the chunked forward (v2: also U and the backward's blobs), unless
+  // chunked_forward_saving left them in the workspace.
   chunked::Args fa;  // v2: the recompute's launch arguments, reused by the sweep
   {
     const ChunkedForwardParams fp = forward_params(p, ws, L);
+    const chunked::BwdHooks hk = hooks_of(L, ws);
     Status s;
-    if (L.v2) {
-      chunked::BwdHooks hk;
-      hk.bws = ws + L.bws;
-      hk.bblob = L.bblob;
-      hk.u_out = reinterpret_cast<float*>(ws + L.u);
+    if (p.saved_forward)
+      fa = L.v2 ? chunked::recompute_args(fp, hk) : fa;
+    else if (L.v2)
       s = chunked::forward_for_backward(fp, hk, &fa);
-    } else {
+    else
       s = chunked_forward(fp);
-    }
     if (!s.ok()) result = {s.code, std::string(kFn) + ": recompute: " + s.message};
   }
   cb::BwdArgs A;
@@ -803,6 +818,46 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
     if (result.ok() && f != cudaSuccess) result = cuda_fail("workspace free", f);
   }
   return result;
+}
+
+Status chunked_forward_saving_workspace(const ChunkedForwardParams& f, size_t* bytes) {
+  if (!bytes) return {StatusCode::invalid_argument, "chunked_forward_saving_workspace: bytes is nullptr"};
+  if (Status s = chunked_forward_workspace(f, bytes); !s.ok()) return s;  // validates the inputs
+  ChunkedBackwardParams p;
+  p.problem = f.problem;
+  p.in = f.in;
+  Layout L;
+  if (Status s = layout_for(p, &L); !s.ok()) return s;
+  *bytes = L.total;
+  return {};
+}
+
+Status chunked_forward_saving(const ChunkedForwardParams& f, void* bwd_workspace, size_t bwd_workspace_bytes) {
+  constexpr const char* fn = "chunked_forward_saving";
+  if (f.chunk_states.data)
+    return {StatusCode::invalid_argument,
+            std::string(fn) + ": chunk_states must be absent (the states stay in the backward's workspace)"};
+  ChunkedBackwardParams p;
+  p.problem = f.problem;
+  p.in = f.in;
+  Layout L;
+  if (Status s = layout_for(p, &L); !s.ok()) return {s.code, std::string(fn) + ": " + s.message};
+  if (!bwd_workspace)
+    return {StatusCode::invalid_argument, std::string(fn) + ": bwd_workspace is nullptr"};
+  if (bwd_workspace_bytes < L.total)
+    return {StatusCode::invalid_argument,
+            std::string(fn) + ": bwd_workspace_bytes = " + std::to_string(bwd_workspace_bytes) +
+                " is smaller than the " + std::to_string(L.total) +
+                " bytes chunked_backward_workspace asks for"};
+  if (reinterpret_cast<uintptr_t>(bwd_workspace) % 256 != 0)
+    return {StatusCode::invalid_argument, std::string(fn) + ": bwd_workspace must be 256-byte aligned"};
+  char* ws = static_cast<char*>(bwd_workspace);
+  ChunkedForwardParams fp = forward_params(p, ws, L);
+  fp.o = f.o;
+  fp.ht = f.ht;
+  Status s = L.v2 ? chunked::forward_for_backward(fp, hooks_of(L, ws), nullptr) : chunked_forward(fp);
+  if (!s.ok()) return {s.code, std::string(fn) + ": " + s.message};
+  return {};
 }
 
 }  // namespace qed::kernels

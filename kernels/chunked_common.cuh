@@ -285,10 +285,14 @@ struct BwdHooks {
   float* u_out = nullptr;
 };
 Status forward_for_backward(const ChunkedForwardParams& p, const BwdHooks& hooks, Args* used);
+// What forward_for_backward would put into `used`, without launching anything (the backward after
+// chunked_forward_saving).
+Args recompute_args(const ChunkedForwardParams& p, const BwdHooks& hooks);
 size_t forward_workspace_bytes(const Problem& pr, Mode m);  // of the forward in mode m
 int num_sms();  // multiprocessors of the current device (cached)
 // Whether a [B,T,H,D] tensor's rows may be read in 16-byte pieces (no tensor: nothing to read).
-inline bool rows_aligned16(const SeqTensor& t, int elem) {
+template <class Tensor>
+inline bool rows_aligned16(const Tensor& t, int elem) {
   if (!t.data) return true;
   const int ve = 16 / elem;
   return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.stride_b % ve == 0 && t.stride_t % ve == 0 &&

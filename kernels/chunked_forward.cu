@@ -192,6 +192,20 @@ Status chunked_forward_workspace(const ChunkedForwardParams& p, size_t* bytes) {
 
 namespace {
 
+// The launch arguments of the forward in mode m over workspace ws (chunk bases first, then the
+// blobs), with the backward's hooks where given.
+Args args_for(const ChunkedForwardParams& p, Mode m, void* ws, const chunked::BwdHooks* hooks) {
+  Args A = make_args(p, m);
+  A.ws = static_cast<char*>(ws) + base_bytes(p.problem);
+  if (hooks) {
+    A.bws = hooks->bws;
+    A.bblob = hooks->bblob;
+    A.u_out = hooks->u_out;
+  }
+  if (p.problem.cu_seqlens) A.chunk_base = static_cast<const int64_t*>(ws);
+  return A;
+}
+
 // The forward in mode m; with hooks (the chunked backward's recompute) the passes also write the
 // backward's blobs and U, and `used` receives the launch arguments for the backward's passes.
 Status run_forward(const ChunkedForwardParams& p, Mode m, const chunked::BwdHooks* hooks, Args* used) {
@@ -212,19 +226,10 @@ Status run_forward(const ChunkedForwardParams& p, Mode m, const chunked::BwdHook
   } else if (reinterpret_cast<uintptr_t>(ws) % 256 != 0) {
     return bad("workspace must be 256-byte aligned");
   }
-  Args A = make_args(p, m);
-  A.ws = static_cast<char*>(ws) + base_bytes(pr);
-  if (hooks) {
-    A.bws = hooks->bws;
-    A.bblob = hooks->bblob;
-    A.u_out = hooks->u_out;
-  }
+  Args A = args_for(p, m, ws, hooks);
   Status result;
   cudaError_t e = cudaSuccess;
-  if (pr.cu_seqlens) {
-    A.chunk_base = static_cast<const int64_t*>(ws);
-    e = chunked::launch_chunk_base(A, static_cast<int64_t*>(ws), st);
-  }
+  if (pr.cu_seqlens) e = chunked::launch_chunk_base(A, static_cast<int64_t*>(ws), st);
   // Benchmark hook: QEDCHECK_CHUNKED_ONLY=prep|state launches one pass (the other pass's
   // workspace contents are whatever an earlier call left), to time the passes apart.
   const char* only = std::getenv("QEDCHECK_CHUNKED_ONLY");
@@ -252,6 +257,9 @@ Status forward_for_backward(const ChunkedForwardParams& p, const BwdHooks& hooks
   if (!p.workspace)
     return {StatusCode::invalid_argument, "chunked_forward: the backward's recompute needs a workspace"};
   return run_forward(p, Mode::bf16, &hooks, used);
+}
+Args recompute_args(const ChunkedForwardParams& p, const BwdHooks& hooks) {
+  return args_for(p, Mode::bf16, p.workspace, &hooks);
 }
 }  // namespace chunked
 

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <string>
 
 #include "kernels/chunked_api.hpp"
@@ -78,6 +79,58 @@ ChunkedHostRun run_chunked_grads(const reference::Inputs<double>& in0,
   throw_if_error(chunked_backward(bp));
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
     throw qed::Error(std::string("cuda-chunked: backward: ") + cudaGetErrorString(e));
+  grads.download(res.grads);
+  res.has_grads = true;
+  return res;
+}
+
+ChunkedHostRun run_chunked_training(const reference::Inputs<double>& in0,
+                                    const reference::Cotangents<double>& cot, DType dt, DType gdt,
+                                    const reference::Inputs<double>* stale) {
+  throw_if_error(device_status());
+  ChunkedHostRun res;
+  res.inputs = round_inputs(in0, dt);
+  const auto& in = res.inputs;
+  const auto& d = in.dims;
+  const int64_t N = in.num_sequences();
+  res.cotangents = round_cotangents(cot, dt);
+  DeviceProblem dev = upload_problem(in, dt);
+  std::optional<DeviceProblem> alt;
+  if (stale) alt.emplace(upload_problem(round_inputs(*stale, dt), dt));
+  const DeviceProblem& dev_fwd = alt ? *alt : dev;
+  const size_t nO = static_cast<size_t>(d.B * d.T * d.H * d.V);
+  const size_t nS = static_cast<size_t>(N * d.H * d.K * d.V);
+  DeviceBuffer o(nO * 4), ht(nS * 4);
+  o.fill_bytes(0xFF);
+  ht.fill_bytes(0xFF);
+  ChunkedForwardParams fp;
+  fp.problem = dev_fwd.problem;
+  fp.in = dev_fwd.inputs;
+  fp.o = seq_tensor_out(o.get(), DType::fp32, d.T, d.H, d.V);
+  fp.ht = state_tensor_out(ht.as<float>(), d.H, d.K, d.V);
+  size_t ws_bytes = 0;
+  throw_if_error(chunked_forward_saving_workspace(fp, &ws_bytes));
+  DeviceBuffer ws(ws_bytes);
+  ws.fill_bytes(0xFF);
+  throw_if_error(chunked_forward_saving(fp, ws.get(), ws_bytes));
+
+  DeviceBuffer dO = to_device(res.cotangents.do_, dt);
+  DeviceBuffer dht = to_device_f32(res.cotangents.dht);
+  DeviceGrads grads(in, gdt);
+  ChunkedBackwardParams bp;
+  bp.problem = dev.problem;
+  bp.in = dev.inputs;
+  bp.do_ = seq_tensor(dO.get(), dt, d.T, d.H, d.V);
+  if (!res.cotangents.dht.empty()) bp.dht = state_tensor(dht.as<float>(), d.H, d.K, d.V);
+  bp.grads = grads.outputs();
+  bp.workspace = ws.get();
+  bp.workspace_bytes = ws_bytes;
+  bp.saved_forward = true;
+  throw_if_error(chunked_backward(bp));
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
+    throw qed::Error(std::string("cuda-chunked: training pair: ") + cudaGetErrorString(e));
+  res.outputs.o = from_device(o, nO, DType::fp32);
+  res.outputs.ht = from_device(ht, nS, DType::fp32);
   grads.download(res.grads);
   res.has_grads = true;
   return res;

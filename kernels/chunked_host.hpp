@@ -34,4 +34,13 @@ ChunkedHostRun run_chunked_grads(const reference::Inputs<double>& in,
                                  const reference::Cotangents<double>* cot, DType dtype,
                                  DType grad_dtype = DType::fp32, bool want_chunk_states = false);
 
+// The training pair on the same problem: chunked_forward_saving (o in fp32, ht) into a NaN-poisoned
+// backward workspace, then chunked_backward with saved_forward = true on it. `stale`, when given
+// (same dims), is what the saving forward runs on instead of `in`: the backward then reads a
+// recompute of other inputs (a test's deliberately broken use).
+ChunkedHostRun run_chunked_training(const reference::Inputs<double>& in,
+                                    const reference::Cotangents<double>& cot, DType dtype,
+                                    DType grad_dtype = DType::fp32,
+                                    const reference::Inputs<double>* stale = nullptr);
+
 }  // namespace qed::kernels

@@ -3,7 +3,8 @@
 // QED arm, K, V in {64, 128}, T in {1, 63, 64, 65, 200, 1000, 4096}, varlen with empty
 // sequences, h0 and dht present or absent, the MATH.md §10 regimes, g = -20; against the CUDA
 // recurrent backward and against the host emulation of the same block functions on the GPU's
-// own chunk states; bitwise determinism over three runs; argument checks; mutants. bf16 inputs
+// own chunk states; bitwise determinism over three runs; the training pair (saved forward)
+// against the recomputing backward; argument checks; mutants. bf16 inputs
 // have two pipelines (kernels/chunked_api.hpp): these tests run the default one,
 // BothPipelinesAllVariantsBf16 runs both, and QEDCHECK_CHUNKED_BWD_IMPL=v1|v2 in the environment
 // picks one for every test of the file.
@@ -271,6 +272,62 @@ TEST(GpuChunkedBackward, PoisonedGradientsFullyOverwritten) {
   }
 }
 
+// The training pair (chunked_forward_saving, then chunked_backward with saved_forward): the same
+// gradients, bit for bit, as the backward that recomputes, on every pipeline; o as the plain
+// forward's (v2's saving forward reads out with the backward's two-term M, so o may differ in
+// its last bf16 bits: relF <= 4e-3), ht the same. A stale saved workspace (the saving forward
+// run on other inputs) must change the gradients: the comparison can fail.
+TEST(GpuChunkedBackward, SavedForwardMatchesRecompute) {
+  REQUIRE_DEVICE();
+  struct Case {
+    Variant v;
+    Arm a;
+    DType dt;
+    const char* impl;
+  };
+  const Case cases[] = {{Variant::gdn2, Arm::none, DType::bf16, "v2"},
+                        {Variant::qed, Arm::full, DType::bf16, "v2"},
+                        {Variant::kda, Arm::none, DType::bf16, "v2"},
+                        {Variant::qed, Arm::rand, DType::bf16, "v1"},
+                        {Variant::gdn2, Arm::none, DType::fp32, "v1"}};
+  int i = 0;
+  for (const Case& c : cases) {
+    ScopedEnv env("QEDCHECK_CHUNKED_BWD_IMPL", c.impl);
+    fixtures::GenSpec g;
+    g.variant = c.v;
+    g.arm = c.a;
+    g.dims = {1, 300, 2, 128, 128};
+    g.seqlens = {65, 0, 171, 64};
+    g.with_h0 = true;
+    g.seed = base_seed() + 170 + static_cast<uint64_t>(i++);
+    const auto in = fixtures::generate(g);
+    const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
+    const auto a = kernels::run_chunked_grads(in, &cot, c.dt);
+    const auto b = kernels::run_chunked_training(in, cot, c.dt);
+    const std::string what = describe(g, c.dt) + " " + c.impl;
+    const auto fa = cbt::fields(a.grads), fb = cbt::fields(b.grads);
+    ASSERT_EQ(fa.size(), fb.size());
+    for (size_t j = 0; j < fa.size(); ++j)
+      EXPECT_TRUE(fa[j].second->size() == fb[j].second->size() &&
+                  std::memcmp(fa[j].second->data(), fb[j].second->data(), fa[j].second->size() * 8) == 0)
+          << what << ": " << fa[j].first << " differs between the saved and the recomputing backward";
+    const double eo = cbt::relF(b.outputs.o, a.outputs.o), eh = cbt::relF(b.outputs.ht, a.outputs.ht);
+    std::printf("[saved] %s | o relF %.2e, ht relF %.2e vs the plain forward\n", what.c_str(), eo, eh);
+    EXPECT_TRUE(eo <= 4e-3) << what << ": saving forward's o relF " << eo << " from the plain forward's";
+    EXPECT_TRUE(eh <= 1e-6) << what << ": saving forward's ht relF " << eh << " from the plain forward's";
+    if (c.dt == DType::bf16 && std::strcmp(c.impl, "v2") == 0) {  // the stale workspace
+      fixtures::GenSpec g2 = g;
+      g2.seed += 1000;
+      const auto other = fixtures::generate(g2);
+      const auto s = kernels::run_chunked_training(in, cot, c.dt, DType::fp32, &other);
+      const auto fs = cbt::fields(s.grads);
+      double worst = 0;
+      for (size_t j = 0; j < fa.size(); ++j) worst = std::max(worst, cbt::relF(*fs[j].second, *fa[j].second));
+      EXPECT_GT(worst, 1e-2) << what << ": a stale saved workspace went unnoticed by the comparison";
+    }
+  }
+}
+
 TEST(GpuChunkedBackward, ArgumentChecks) {
   // Validation runs before any device work, so this needs no GPU.
   alignas(256) static unsigned char dummy[64 * 64 * 4];
@@ -325,6 +382,30 @@ TEST(GpuChunkedBackward, ArgumentChecks) {
   p.grads.dh0.data = nullptr;
   s = kernels::chunked_backward_workspace(p, &bytes);
   EXPECT_EQ(s.message, "chunked_backward: dh0 is required");
+  p.grads.dh0.data = reinterpret_cast<float*>(dummy);
+  p.saved_forward = true;
+  s = kernels::chunked_backward(p);
+  if (s.code != kernels::StatusCode::no_device) {
+    EXPECT_EQ(s.message, "chunked_backward: saved_forward needs the workspace chunked_forward_saving "
+                         "filled (workspace is nullptr)");
+  }
+  // The saving forward's own checks.
+  kernels::ChunkedForwardParams f;
+  f.problem = p.problem;
+  f.in = p.in;
+  f.o = kernels::seq_tensor_out(dummy, DType::bf16, 64, 1, 64);
+  f.chunk_states = kernels::state_tensor_out(reinterpret_cast<float*>(dummy), 1, 64, 64);
+  s = kernels::chunked_forward_saving(f, dummy, sizeof dummy);
+  EXPECT_EQ(s.message, "chunked_forward_saving: chunk_states must be absent (the states stay in the "
+                       "backward's workspace)");
+  f.chunk_states = {};
+  s = kernels::chunked_forward_saving(f, nullptr, 0);
+  EXPECT_EQ(s.message, "chunked_forward_saving: bwd_workspace is nullptr");
+  ASSERT_TRUE(kernels::chunked_forward_saving_workspace(f, &bytes).ok());
+  s = kernels::chunked_forward_saving(f, dummy, bytes - 1);
+  EXPECT_EQ(s.message, "chunked_forward_saving: bwd_workspace_bytes = " + std::to_string(bytes - 1) +
+                           " is smaller than the " + std::to_string(bytes) +
+                           " bytes chunked_backward_workspace asks for");
 }
 
 // A kernel without the K̂̄ term of k̄ must fail the accuracy rule.
