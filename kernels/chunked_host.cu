@@ -58,29 +58,43 @@ ChunkedHostRun run_chunked(const reference::Inputs<double>& in0, DType dt, bool 
   return res;
 }
 
-ChunkedHostRun run_chunked_grads(const reference::Inputs<double>& in0,
-                                 const reference::Cotangents<double>* cot, DType dt, DType gdt,
-                                 bool want_cs) {
-  ChunkedHostRun res = run_chunked(in0, dt, want_cs);
-  if (!cot) return res;
-  const auto& in = res.inputs;
-  const auto& d = in.dims;
-  res.cotangents = round_cotangents(*cot, dt);
-  DeviceProblem dev = upload_problem(in, dt);
+namespace {
+
+// chunked_backward on res's rounded inputs (uploaded as dev) and cotangents, into NaN-poisoned
+// gradient buffers of dtype gdt, downloaded into res.grads; ws: the backward's workspace (nullptr:
+// its own), saved: what chunked_forward_saving left there is used.
+void backward_into(ChunkedHostRun& res, const DeviceProblem& dev, DType dt, DType gdt, void* ws,
+                   size_t ws_bytes, bool saved) {
+  const auto& d = res.inputs.dims;
   DeviceBuffer dO = to_device(res.cotangents.do_, dt);
   DeviceBuffer dht = to_device_f32(res.cotangents.dht);
-  DeviceGrads grads(in, gdt);
+  DeviceGrads grads(res.inputs, gdt);
   ChunkedBackwardParams bp;
   bp.problem = dev.problem;
   bp.in = dev.inputs;
   bp.do_ = seq_tensor(dO.get(), dt, d.T, d.H, d.V);
   if (!res.cotangents.dht.empty()) bp.dht = state_tensor(dht.as<float>(), d.H, d.K, d.V);
   bp.grads = grads.outputs();
+  bp.workspace = ws;
+  bp.workspace_bytes = ws_bytes;
+  bp.saved_forward = saved;
   throw_if_error(chunked_backward(bp));
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
     throw qed::Error(std::string("cuda-chunked: backward: ") + cudaGetErrorString(e));
   grads.download(res.grads);
   res.has_grads = true;
+}
+
+}  // namespace
+
+ChunkedHostRun run_chunked_grads(const reference::Inputs<double>& in0,
+                                 const reference::Cotangents<double>* cot, DType dt, DType gdt,
+                                 bool want_cs) {
+  ChunkedHostRun res = run_chunked(in0, dt, want_cs);
+  if (!cot) return res;
+  res.cotangents = round_cotangents(*cot, dt);
+  const DeviceProblem dev = upload_problem(res.inputs, dt);
+  backward_into(res, dev, dt, gdt, nullptr, 0, false);
   return res;
 }
 
@@ -90,11 +104,10 @@ ChunkedHostRun run_chunked_training(const reference::Inputs<double>& in0,
   throw_if_error(device_status());
   ChunkedHostRun res;
   res.inputs = round_inputs(in0, dt);
-  const auto& in = res.inputs;
-  const auto& d = in.dims;
-  const int64_t N = in.num_sequences();
+  const auto& d = res.inputs.dims;
+  const int64_t N = res.inputs.num_sequences();
   res.cotangents = round_cotangents(cot, dt);
-  DeviceProblem dev = upload_problem(in, dt);
+  const DeviceProblem dev = upload_problem(res.inputs, dt);
   std::optional<DeviceProblem> alt;
   if (stale) alt.emplace(upload_problem(round_inputs(*stale, dt), dt));
   const DeviceProblem& dev_fwd = alt ? *alt : dev;
@@ -113,26 +126,9 @@ ChunkedHostRun run_chunked_training(const reference::Inputs<double>& in0,
   DeviceBuffer ws(ws_bytes);
   ws.fill_bytes(0xFF);
   throw_if_error(chunked_forward_saving(fp, ws.get(), ws_bytes));
-
-  DeviceBuffer dO = to_device(res.cotangents.do_, dt);
-  DeviceBuffer dht = to_device_f32(res.cotangents.dht);
-  DeviceGrads grads(in, gdt);
-  ChunkedBackwardParams bp;
-  bp.problem = dev.problem;
-  bp.in = dev.inputs;
-  bp.do_ = seq_tensor(dO.get(), dt, d.T, d.H, d.V);
-  if (!res.cotangents.dht.empty()) bp.dht = state_tensor(dht.as<float>(), d.H, d.K, d.V);
-  bp.grads = grads.outputs();
-  bp.workspace = ws.get();
-  bp.workspace_bytes = ws_bytes;
-  bp.saved_forward = true;
-  throw_if_error(chunked_backward(bp));
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
-    throw qed::Error(std::string("cuda-chunked: training pair: ") + cudaGetErrorString(e));
+  backward_into(res, dev, dt, gdt, ws.get(), ws_bytes, true);  // synchronises
   res.outputs.o = from_device(o, nO, DType::fp32);
   res.outputs.ht = from_device(ht, nS, DType::fp32);
-  grads.download(res.grads);
-  res.has_grads = true;
   return res;
 }
 
