@@ -647,6 +647,8 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
   using chunked::rows_aligned16;
   G.vec = rows_aligned16(p.in.q, 2) && rows_aligned16(p.in.k, 2) && rows_aligned16(p.do_, 2) &&
           (!chan_bw || rows_aligned16(p.in.b, 2)) && (!chan_g || rows_aligned16(p.in.g, ge));
+  if (const char* w = std::getenv("QEDCHECK_CHUNKED_GRADS_WARPS"); w && std::strcmp(w, "16") == 0)
+    G.warps = 16;
   G.vec_vw = rows_aligned16(p.in.v, 2) && (!chan_bw || rows_aligned16(p.in.w, 2));
   const GradOutputs& o = p.grads;
   auto out16 = [](const SeqTensorOut& t) { return rows_aligned16(t, t.dtype == DType::fp32 ? 4 : 2); };

@@ -32,8 +32,10 @@ using chunked::ldsm_x4_t;
 using chunked::mma_split;
 using chunked::split2;
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
+// W, the warps of a block, is a template parameter (8 or 16; QEDCHECK_CHUNKED_GRADS_WARPS picks):
+// sixteen warps hide more latency at one block per multiprocessor, eight need fewer registers
+// each. Phases written for 256 threads run on the first eight warps either way.
+constexpr int kBase = 256;  // threads of the fixed-size phases (kC rows x 4 parts, kSW x 8)
 constexpr int kSW = 32;  // key channels per slab
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -109,7 +111,7 @@ struct Planes {
   }
 };
 
-template <int K, int V, int NT>
+template <int K, int V, int NT, int W>
 struct GradSmem {
   using O = Planes<kC, V, 1>;         // Ō (bf16 do: one term)
   using UP = Planes<kC, V, NT>;       // U; Ū, then Ȳ
@@ -125,7 +127,7 @@ struct GradSmem {
   static constexpr int oM = oT + TP::bytes;
   static constexpr int oMisc =
       oM + TP::bytes;  // coef, k.k, M̄ diagonal; per-token sums; rho, steep masks
-  static constexpr int oSlab = oMisc + 4 * (3 * kC + 4 * kC + 12 * kC + kSW + 4);
+  static constexpr int oSlab = oMisc + 4 * (3 * kC + 4 * kC + 8 * kC + 8 * kC + kSW + 4);
   // the slab area: L in step 1, then per slab
   static constexpr int oL = oSlab;
   static constexpr int oS = oSlab;
@@ -149,7 +151,17 @@ struct GradSmem {
 
 // Warp tasks of step 2 (M̄, T̄): row block I and the 8-column tiles nt0 .. nt0+cnt-1 of it, the
 // 20 tiles on or below the diagonal blocks spread over eight warps.
+template <int W>
 __device__ __forceinline__ void step2_task(int warp, int& I, int& nt0, int& cnt) {
+  if constexpr (W == 16) {  // ten warps of two tiles: row block 3 x4, 2 x3, 1 x2, 0 x1
+    // warp:        0 1 2 3 4 5 6 7 8 9 (10..15 idle)
+    // row block:   3 3 3 3 2 2 2 1 1 0
+    // first tile:  0 2 4 6 0 2 4 0 2 0
+    I = static_cast<int>((0x16affu >> (2 * warp)) & 3u);
+    nt0 = static_cast<int>((0x204206420ull >> (4 * warp)) & 15u);
+    cnt = warp < 10 ? 2 : 0;
+    return;
+  }
   // warp:        0  1  2  3  4  5  6  7
   // row block:   3  3  3  2  2  1  1  0   (2 bits per warp)
   // first tile:  0  3  6  0  3  0  2  0   (4 bits per warp)
@@ -200,21 +212,30 @@ __device__ __forceinline__ void st8(const SeqOut& x, int64_t brow, int64_t t, in
   }
 }
 
-// A row reduction over the 16 channels a warp holds in its accumulator layout (two n-tiles, lane
+// A row reduction over the 8 NQ channels a warp holds in its accumulator layout (NQ n-tiles, lane
 // columns 2t, 2t+1): x[q][e] summed over q and e & 1, then over the four lanes t; lanes t = 0 end
 // with rows g (hr = 0) and g + 8 (hr = 1). Fixed order: deterministic.
-__device__ __forceinline__ void row_sums16(const float (&x)[2][4], float& r0, float& r1) {
-  r0 = (x[0][0] + x[0][1]) + (x[1][0] + x[1][1]);
-  r1 = (x[0][2] + x[0][3]) + (x[1][2] + x[1][3]);
+template <int NQ>
+__device__ __forceinline__ void row_sums(const float (&x)[NQ][4], float& r0, float& r1) {
+  if constexpr (NQ == 2) {
+    r0 = (x[0][0] + x[0][1]) + (x[1][0] + x[1][1]);
+    r1 = (x[0][2] + x[0][3]) + (x[1][2] + x[1][3]);
+  } else {
+    r0 = x[0][0] + x[0][1];
+    r1 = x[0][2] + x[0][3];
+  }
   r0 += __shfl_xor_sync(0xffffffffu, r0, 1);
   r1 += __shfl_xor_sync(0xffffffffu, r1, 1);
   r0 += __shfl_xor_sync(0xffffffffu, r0, 2);
   r1 += __shfl_xor_sync(0xffffffffu, r1, 2);
 }
 
-template <int K, int V, int NT>
-__global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
-  using Z = GradSmem<K, V, NT>;
+template <int K, int V, int NT, int W>
+__global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
+  constexpr int kThreads = W * 32;
+  constexpr int NQ = W == 8 ? 2 : 1;    // n-tiles (8 slab channels each) per warp in step 3
+  constexpr int PW = kSW / (8 * NQ);    // warps per row block in step 3
+  using Z = GradSmem<K, V, NT, W>;
   using O = typename Z::O;
   using UP = typename Z::UP;
   using TP = typename Z::TP;
@@ -250,8 +271,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   float* nnr = coef + kC;                       // [kC] k.k where projected, else 0
   float* mdiag = nnr + kC;                      // [kC] s (Ō Uᵀ)_rr
   float* tot = mdiag + kC;                      // [4][kC] per-token sums (see below)
-  float* rowp = tot + 4 * kC;                   // [4][kC] per-slab partial row sums (3d)
-  float* rowq = rowp + 4 * kC;                  // [8][kC] per-slab partial row sums (3e)
+  float* rowp = tot + 4 * kC;                   // [2 PW][kC] per-slab partial row sums (3d)
+  float* rowq = rowp + 8 * kC;                  // [8][kC] per-slab partial row sums (3e)
   float* rho = rowq + 8 * kC;                   // [kSW]
   uint32_t* steep = reinterpret_cast<uint32_t*>(rho + kSW);  // [4] one bit per slab channel
   const SP Ss{reinterpret_cast<bf*>(sm + Z::oS)};
@@ -316,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   for (int i = tid; i < 2 * TP::bytes / 16; i += kThreads)
     reinterpret_cast<uint4*>(sm + Z::oT)[i] = make_uint4(0, 0, 0, 0);
   for (int i = tid; i < 4 * kC; i += kThreads) tot[i] = 0.f;
-  {  // four threads per row, eight channels per load, sums combined over the four in a fixed order
+  if (tid < kBase) {  // four threads per row, eight channels per load, sums over the four in a fixed order
     const int r = tid >> 2, part = tid & 3;
     float nn = 0.f, km = 0.f;
     if (projected && r < n) {
@@ -352,8 +373,9 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   // ---- 1. Ȳ = Lᵀ Ū (the chunk's Z̄): warp -> rows 16J.. of Ȳ, half of the value columns; then,
   // eight value columns of one row per thread, dv and dw (or dv and Σ_v v Z̄ for dbeta) ----
   {
-    constexpr int NP = V / 32;  // pairs of 8-column tiles per half
-    const int J = warp >> 1, vh = warp & 1;
+    constexpr int VS = W / 4;            // value-column splits per row block
+    constexpr int NP = V / (16 * VS);    // pairs of 8-column tiles per split
+    const int J = warp / VS, vh = warp % VS;
     float acc[NP][2][4];
 #pragma unroll
     for (int p = 0; p < NP; ++p)
@@ -367,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
       for (int p = 0; p < NP; ++p) {
         uint32_t b0[2 * NT], b1[2 * NT];
-        Yp.b_t(b0, b1, vh * (V / 2) + 16 * p, 16 * kb, lane);
+        Yp.b_t(b0, b1, vh * (V / VS) + 16 * p, 16 * kb, lane);
         mma_split<NT, NT>(acc[p][0], a, b0);
         mma_split<NT, NT>(acc[p][1], a, b1);
       }
@@ -379,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       for (int q = 0; q < 2; ++q)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr)
-          Yp.put2(16 * J + g + 8 * hr, vh * (V / 2) + 16 * p + 8 * q + 2 * t, acc[p][q][2 * hr],
+          Yp.put2(16 * J + g + 8 * hr, vh * (V / VS) + 16 * p + 8 * q + 2 * t, acc[p][q][2 * hr],
                   acc[p][q][2 * hr + 1]);
   }
   __syncthreads();
@@ -421,14 +443,14 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   // ---- 2. M̄ = s tril(Ō Uᵀ), T̄ = −stril(Ȳ Uᵀ) (k: value columns) ----
   {
     int I, nt0, cnt;
-    step2_task(warp, I, nt0, cnt);
+    step2_task<W>(warp, I, nt0, cnt);
     float accM[3][4], accT[3][4];
 #pragma unroll
     for (int i = 0; i < 3; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) accM[i][e] = accT[i][e] = 0.f;
 #pragma unroll 2
-    for (int k0 = 0; k0 < V; k0 += 16) {
+    for (int k0 = 0; cnt > 0 && k0 < V; k0 += 16) {
       uint32_t aO[4], aY[4 * NT];
       Ob.a(aO, 16 * I, k0, lane);
       Yp.a(aY, 16 * I, k0, lane);
@@ -462,14 +484,16 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   __syncthreads();
 
   // ---- 3. slabs of kSW key channels ----
-  const int I = warp >> 1, hh = warp & 1;  // this warp's row block and 16 channels of the slab
+  const int I = warp / PW, cw = 8 * NQ * (warp % PW);  // this warp's row block, first slab channel
   for (int cb = 0; cb < K; cb += kSW) {
     // 3a. q, k, b (beta for the scalar-gate variants), raw g (all loads first); S and Ŝ' rows, ρ.
     {
-      const int r = tid >> 2, c = 8 * (tid & 3), cg = cb + c;  // eight channels of one row
+      // the first kBase threads: eight channels of one row each
+      const int r = (tid >> 2) & (kC - 1), c = 8 * (tid & 3), cg = cb + c;
+      const bool rowt = tid < kBase;
       float qv[8], kv[8], bv[8], gv[8];
       const int64_t tt = t0 + r;
-      if (r < n) {
+      if (rowt && r < n) {
         ld8(A.q, brow, tt, h, cg, vec, qv);
         ld8(A.k, brow, tt, h, cg, vec, kv);
         if (chan_bw) {
@@ -499,20 +523,22 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       float4 xs[NJ], xh[NJ];
 #pragma unroll
       for (int j = 0; j < NJ; ++j) xs[j] = Sg[tid + j * kThreads], xh[j] = Hg[tid + j * kThreads];
-      uint4 pq, pk, pb;
-      bf* eq = reinterpret_cast<bf*>(&pq);
-      bf* ek = reinterpret_cast<bf*>(&pk);
-      bf* eb = reinterpret_cast<bf*>(&pb);
+      if (rowt) {
+        uint4 pq, pk, pb;
+        bf* eq = reinterpret_cast<bf*>(&pq);
+        bf* ek = reinterpret_cast<bf*>(&pk);
+        bf* eb = reinterpret_cast<bf*>(&pb);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        eq[e] = __float2bfloat16_rn(qv[e]);
-        ek[e] = __float2bfloat16_rn(kv[e]);
-        eb[e] = __float2bfloat16_rn(bv[e]);
-        Gs[r * GP + c + e] = gv[e] * kLog2e;
+        for (int e = 0; e < 8; ++e) {
+          eq[e] = __float2bfloat16_rn(qv[e]);
+          ek[e] = __float2bfloat16_rn(kv[e]);
+          eb[e] = __float2bfloat16_rn(bv[e]);
+          Gs[r * GP + c + e] = gv[e] * kLog2e;
+        }
+        *reinterpret_cast<uint4*>(qsl + r * QP + c) = pq;
+        *reinterpret_cast<uint4*>(ksl + r * QP + c) = pk;
+        *reinterpret_cast<uint4*>(bsl + r * QP + c) = pb;
       }
-      *reinterpret_cast<uint4*>(qsl + r * QP + c) = pq;
-      *reinterpret_cast<uint4*>(ksl + r * QP + c) = pk;
-      *reinterpret_cast<uint4*>(bsl + r * QP + c) = pb;
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
         const int f = tid + j * kThreads, ch = f / F4, v0 = 4 * (f % F4);
@@ -528,8 +554,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       }
     }
     __syncthreads();
-    {  // in-chunk cumulative log2-decay (rows past the chunk: g = 0); eight threads of eight rows
-       // per channel, the segment totals added in segment order
+    if (tid < kBase) {  // in-chunk cumulative log2-decay (rows past the chunk: g = 0); eight
+                        // threads of eight rows per channel, segment totals added in segment order
       const int c = tid >> 3, sg = tid & 7;
       float x[8], run = 0.f;
 #pragma unroll
@@ -555,9 +581,9 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
     }
 
     // 3b. Q̃̄, Ã̄, K̂̄ for rows 16I.. and slab channels 16hh.. (k: value columns)
-    float aQ[2][4], aA[2][4], aK[2][4];
+    float aQ[NQ][4], aA[NQ][4], aK[NQ][4];
 #pragma unroll
-    for (int q = 0; q < 2; ++q)
+    for (int q = 0; q < NQ; ++q)
 #pragma unroll
       for (int e = 0; e < 4; ++e) aQ[q][e] = aA[q][e] = aK[q][e] = 0.f;
 #pragma unroll 2
@@ -566,14 +592,16 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       Ob.a(fO, 16 * I, k0, lane);
       Yp.a(fY, 16 * I, k0, lane);
       Up.a(fU, 16 * I, k0, lane);
-      Ss.b(s0, s1, 16 * hh, k0, lane);
-      Shp.b(h0, h1, 16 * hh, k0, lane);
+      Ss.b(s0, s1, cw, k0, lane);  // NQ = 1: the second n-tile (s1, h1) is not used
+      Shp.b(h0, h1, cw, k0, lane);
       mma_split<1, NT>(aQ[0], fO, s0);
-      mma_split<1, NT>(aQ[1], fO, s1);
       mma_split<NT, NT>(aA[0], fY, s0);
-      mma_split<NT, NT>(aA[1], fY, s1);
       mma_split<NT, NT>(aK[0], fU, h0);
-      mma_split<NT, NT>(aK[1], fU, h1);
+      if constexpr (NQ == 2) {
+        mma_split<1, NT>(aQ[NQ - 1], fO, s1);
+        mma_split<NT, NT>(aA[NQ - 1], fY, s1);
+        mma_split<NT, NT>(aK[NQ - 1], fU, h1);
+      }
     }
     __syncthreads();  // steep masks
 
@@ -591,9 +619,9 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       return fmaf(bb, kk, fmaf(lam, mval(r, c), -lam * coef[r] * kk));
     };
     const uint32_t stI = steep[I];
-    float aB[2][4], qB[2][4], kB[2][4];  // ā°, q̄°, k̄° (diagonal M̄ terms left out)
+    float aB[NQ][4], qB[NQ][4], kB[NQ][4];  // ā°, q̄°, k̄° (diagonal M̄ terms left out)
 #pragma unroll
-    for (int q = 0; q < 2; ++q)
+    for (int q = 0; q < NQ; ++q)
 #pragma unroll
       for (int e = 0; e < 4; ++e) aB[q][e] = qB[q][e] = kB[q][e] = 0.f;
     {
@@ -603,8 +631,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         Tp.a(fT, 16 * I, 16 * J, lane);
         Mp.a(fM, 16 * I, 16 * J, lane);
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const int c = 16 * hh + 8 * q + g;
+        for (int q = 0; q < NQ; ++q) {
+          const int c = cw + 8 * q + g;
           const float R = I == 0 ? 0.f : Gs[(16 * I - 1) * GP + c];
           const bool drop = J == I && ((stI >> c) & 1u);
           uint32_t bk[2 * NT];
@@ -626,10 +654,10 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         }
       }
 #pragma unroll
-      for (int q = 0; q < 2; ++q)
+      for (int q = 0; q < NQ; ++q)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = 16 * I + g + 8 * (e >> 1), c = 16 * hh + 8 * q + 2 * t + (e & 1);
+          const int r = 16 * I + g + 8 * (e >> 1), c = cw + 8 * q + 2 * t + (e & 1);
           const float x = ex2(Gs[r * GP + c] - (I == 0 ? 0.f : Gs[(16 * I - 1) * GP + c]));
           aB[q][e] *= x;
           qB[q][e] *= x;
@@ -642,8 +670,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         Tp.a_t(fT, 16 * I, 16 * J, lane);
         Mp.a_t(fM, 16 * I, 16 * J, lane);
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const int c = 16 * hh + 8 * q + g;
+        for (int q = 0; q < NQ; ++q) {
+          const int c = cw + 8 * q + g;
           const float R = Gs[(16 * I + 15) * GP + c];
           const bool drop = J == I && ((stI >> c) & 1u);
           uint32_t ba[2 * NT], bq[2 * NT];
@@ -664,20 +692,20 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         }
       }
 #pragma unroll
-      for (int q = 0; q < 2; ++q)
+      for (int q = 0; q < NQ; ++q)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = 16 * I + g + 8 * (e >> 1), c = 16 * hh + 8 * q + 2 * t + (e & 1);
+          const int r = 16 * I + g + 8 * (e >> 1), c = cw + 8 * q + 2 * t + (e & 1);
           kB[q][e] *= ex2(Gs[(16 * I + 15) * GP + c] - Gs[r * GP + c]);
         }
     }
     // Steep channels: the pairs inside diagonal block I with pairwise exponents (<= 0).
     if (stI != 0u) {
 #pragma unroll
-      for (int q = 0; q < 2; ++q)
+      for (int q = 0; q < NQ; ++q)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = 16 * I + g + 8 * (e >> 1), c = 16 * hh + 8 * q + 2 * t + (e & 1);
+          const int r = 16 * I + g + 8 * (e >> 1), c = cw + 8 * q + 2 * t + (e & 1);
           if (!((stI >> c) & 1u)) continue;
           const float Gr = Gs[r * GP + c];
           float ab = 0.f, qb = 0.f, kb = 0.f;
@@ -699,12 +727,12 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
 
     // 3d. ā, q̄, k̄; Ḡ' and K̂⊙K̂̄ for the decay gradient; the §5.2 VJP where it needs no sum over
     // channels (every variant but QED), per-token partial sums where it does.
-    float rA[2][4], rB[2][4];  // per-element terms of this slab's per-token sums
+    float rA[NQ][4], rB[NQ][4];  // per-element terms of this slab's per-token sums
 #pragma unroll
-    for (int q = 0; q < 2; ++q)
+    for (int q = 0; q < NQ; ++q)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = 16 * I + g + 8 * (e >> 1), c = 16 * hh + 8 * q + 2 * t + (e & 1);
+        const int r = 16 * I + g + 8 * (e >> 1), c = cw + 8 * q + 2 * t + (e & 1);
         const float Gr = Gs[r * GP + c], gam = ex2(Gr), kh = ex2(Gs[(kC - 1) * GP + c] - Gr);
         const float kk = __bfloat162float(ksl[r * QP + c]), qq = __bfloat162float(qsl[r * QP + c]);
         const float bb = __bfloat162float(bsl[r * QP + c]);
@@ -736,23 +764,28 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       }
     if (qed || !chan_bw) {
       float a0, a1, b0, b1;
-      row_sums16(rA, a0, a1);
-      row_sums16(rB, b0, b1);
+      row_sums<NQ>(rA, a0, a1);
+      row_sums<NQ>(rB, b0, b1);
+      const int pw = warp % PW;
       if (t == 0) {
-        rowp[(0 + hh) * kC + 16 * I + g] = a0;
-        rowp[(0 + hh) * kC + 16 * I + g + 8] = a1;
-        rowp[(2 + hh) * kC + 16 * I + g] = b0;
-        rowp[(2 + hh) * kC + 16 * I + g + 8] = b1;
+        rowp[pw * kC + 16 * I + g] = a0;
+        rowp[pw * kC + 16 * I + g + 8] = a1;
+        rowp[(PW + pw) * kC + 16 * I + g] = b0;
+        rowp[(PW + pw) * kC + 16 * I + g + 8] = b1;
       }
     }
     __syncthreads();
-    if ((qed || !chan_bw) && tid < kC) {  // this slab's partial sums, in slab order
-      tot[tid] += rowp[tid] + rowp[kC + tid];
-      tot[kC + tid] += rowp[2 * kC + tid] + rowp[3 * kC + tid];
+    if ((qed || !chan_bw) && tid < kC) {  // this slab's partial sums, in channel then slab order
+      float x = 0.f, y = 0.f;
+#pragma unroll
+      for (int w = 0; w < PW; ++w) x += rowp[w * kC + tid], y += rowp[(PW + w) * kC + tid];
+      tot[tid] += x;
+      tot[kC + tid] += y;
     }
     // 3e. §6.3: ḡ_i = γ_n ρ + Σ_{j<i} K̂_j⊙K̂̄_j + Σ_{r>=i} Ḡ'_r per channel; eight threads of eight
-    // rows each, the segment totals combined over the eight lanes in a fixed order.
-    {
+    // rows each (the first kBase threads), the segment totals combined over the eight lanes in a
+    // fixed order.
+    if (tid < kBase) {
       const int c = tid >> 3, sg = tid & 7, r0 = 8 * sg;
       float suf[8], pre[8];
       float run = 0.f;
@@ -799,15 +832,15 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
     if (A.variant == kGdn && tid < kC) {  // the eight warps' sums, in warp order, then slab order
       float x = 0.f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) x += rowq[w * kC + tid];
+      for (int w = 0; w < kBase / 32; ++w) x += rowq[w * kC + tid];
       tot[2 * kC + tid] += x;
     }
     {  // 3f. the slab's outputs from the tiles: eight channels of one row per thread
-      static_assert(kC * (kSW / 8) == kThreads, "grads_kernel: output pass");
-      const int r = tid >> 2, c0 = 8 * (tid & 3);
+      static_assert(kC * (kSW / 8) == kBase, "grads_kernel: output pass");
+      const int r = (tid >> 2) & (kC - 1), c0 = 8 * (tid & 3);
       const int64_t tt = t0 + r, cg = cb + c0;
       const bool vout = G.vec_out != 0;
-      if (r < n) {
+      if (tid < kBase && r < n) {
         float x[8];
         auto tile = [&](int k) {
 #pragma unroll
@@ -880,17 +913,23 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   }
 }
 
-template <int K, int V>
-cudaError_t launch_t(const GradArgs& G, int64_t chunks, cudaStream_t st) {
-  using Z = GradSmem<K, V, 2>;
+template <int K, int V, int W>
+cudaError_t launch_w(const GradArgs& G, int64_t chunks, cudaStream_t st) {
+  using Z = GradSmem<K, V, 2, W>;
   static_assert(Z::total <= 227 * 1024, "grads_kernel: shared memory over the per-block limit");
-  auto kern = grads_kernel<K, V, 2>;
+  constexpr int kThreads = W * 32;
+  auto kern = grads_kernel<K, V, 2, W>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
   if (e != cudaSuccess) return e;
   if (chunks == 0 || G.b.H == 0) return cudaSuccess;
   kern<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(G.b.H)), kThreads, Z::total,
          st>>>(G);
   return cudaGetLastError();
+}
+
+template <int K, int V>
+cudaError_t launch_t(const GradArgs& G, int64_t chunks, cudaStream_t st) {
+  return G.warps == 16 ? launch_w<K, V, 16>(G, chunks, st) : launch_w<K, V, 8>(G, chunks, st);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ struct GradArgs {
   int vec = 0;                  // rows of q, k, b, g and do may be read in 16-byte pieces
   int vec_vw = 0;               // rows of v and w (where given) likewise
   int vec_out = 0;              // rows of dq dk dv dg db dw (where given) may be written so
+  int warps = 8;                // warps per block: 8 or 16 (QEDCHECK_CHUNKED_GRADS_WARPS)
 };
 
 // bf16 inputs, K and V in {64, 128}; one block per (chunk slot, head).

@@ -328,6 +328,48 @@ TEST(GpuChunkedBackward, SavedForwardMatchesRecompute) {
   }
 }
 
+// v2's gradient pass on eight or sixteen warps (QEDCHECK_CHUNKED_GRADS_WARPS): the same products
+// in the same order, so every gradient agrees bit for bit, except the per-token sums over channels
+// (dbeta, QED's k.ā terms, dlambda), which sixteen warps add in 8-channel rather than 16-channel
+// partials: those within relF 1e-6.
+TEST(GpuChunkedBackward, GradsWarpSplitsAgree) {
+  REQUIRE_DEVICE();
+  ScopedEnv impl("QEDCHECK_CHUNKED_BWD_IMPL", "v2");
+  int i = 0;
+  for (auto [v, a] : all_variants()) {
+    fixtures::GenSpec g;
+    g.variant = v;
+    g.arm = a;
+    g.dims = {1, 300, 2, 128, 128};
+    g.seqlens = {65, 0, 171, 64};
+    g.with_h0 = true;
+    g.seed = base_seed() + 180 + static_cast<uint64_t>(i++);
+    const auto in = fixtures::generate(g);
+    const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
+    reference::Grads<double> w8, w16;
+    {
+      ScopedEnv w("QEDCHECK_CHUNKED_GRADS_WARPS", "8");
+      w8 = kernels::run_chunked_grads(in, &cot, DType::bf16).grads;
+    }
+    {
+      ScopedEnv w("QEDCHECK_CHUNKED_GRADS_WARPS", "16");
+      w16 = kernels::run_chunked_grads(in, &cot, DType::bf16).grads;
+    }
+    const bool sums = v == Variant::qed || v == Variant::gdn || v == Variant::deltanet;
+    const auto f8 = cbt::fields(w8), f16 = cbt::fields(w16);
+    for (size_t j = 0; j < f8.size(); ++j) {
+      const double e = cbt::relF(*f16[j].second, *f8[j].second);
+      const bool same = f8[j].second->size() == f16[j].second->size() &&
+                        std::memcmp(f8[j].second->data(), f16[j].second->data(), f8[j].second->size() * 8) == 0;
+      if (sums)
+        EXPECT_TRUE(e <= 1e-6) << describe(g, DType::bf16) << ": " << f8[j].first << " 16 vs 8 warps relF " << e;
+      else
+        EXPECT_TRUE(same) << describe(g, DType::bf16) << ": " << f8[j].first
+                          << " differs between 8 and 16 warps (relF " << e << ")";
+    }
+  }
+}
+
 TEST(GpuChunkedBackward, ArgumentChecks) {
   // Validation runs before any device work, so this needs no GPU.
   alignas(256) static unsigned char dummy[64 * 64 * 4];
