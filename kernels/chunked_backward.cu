@@ -647,11 +647,6 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
   using chunked::rows_aligned16;
   G.vec = rows_aligned16(p.in.q, 2) && rows_aligned16(p.in.k, 2) && rows_aligned16(p.do_, 2) &&
           (!chan_bw || rows_aligned16(p.in.b, 2)) && (!chan_g || rows_aligned16(p.in.g, ge));
-  G.vec_vw = rows_aligned16(p.in.v, 2) && (!chan_bw || rows_aligned16(p.in.w, 2));
-  const GradOutputs& o = p.grads;
-  auto out16 = [](const SeqTensorOut& t) { return rows_aligned16(t, t.dtype == DType::fp32 ? 4 : 2); };
-  G.vec_out = out16(o.dq) && out16(o.dk) && out16(o.dv) && (!chan_g || out16(o.dg)) &&
-              (!chan_bw || (out16(o.db) && out16(o.dw)));
   return cb::launch_grads(G, L.bound, st);
 }
 

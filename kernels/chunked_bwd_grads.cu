@@ -89,18 +89,6 @@ struct Planes {
 #pragma unroll
     for (int i = 0; i < N; ++i) *reinterpret_cast<uint32_t*>(p + i * PE + r * P + c) = v[i];
   }
-  // Columns c0..c0+7 (c0 a multiple of 8) of row r, from 16-byte reads of each plane.
-  __device__ void get8(int r, int c0, float* x) const {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = 0.f;
-#pragma unroll
-    for (int i = N - 1; i >= 0; --i) {
-      const uint4 u = *reinterpret_cast<const uint4*>(p + i * PE + r * P + c0);
-      const bf* v = reinterpret_cast<const bf*>(&u);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] += __bfloat162float(v[e]);
-    }
-  }
   __device__ float get(int r, int c) const {
     float x = 0.f;
 #pragma unroll
@@ -136,12 +124,7 @@ struct GradSmem {
   static constexpr int oG = ob + kC * QP * 2;
   static constexpr int oGp = oG + kC * GP * 4;
   static constexpr int oKK = oGp + kC * XP * 4;
-  // Four fp32 tiles [kC][XP] of the slab's per-token outputs (dq, dk, db, dg; QED: ā, q̄, k̄, dg),
-  // written out in 16-byte rows after the slab: in the S, Ŝ' area (free after 3b) where it fits.
-  static constexpr int out_bytes = 4 * kC * XP * 4;
-  static constexpr bool out_in_s = 2 * SP::bytes >= out_bytes;
-  static constexpr int oOut = out_in_s ? oS : oKK + kC * XP * 4;
-  static constexpr int slab_end = oKK + kC * XP * 4 + (out_in_s ? 0 : out_bytes);
+  static constexpr int slab_end = oKK + kC * XP * 4;
   static constexpr int total = (slab_end > oL + TP::bytes ? slab_end : oL + TP::bytes);
   static_assert(oSlab % 16 == 0 && oSh % 16 == 0 && oq % 16 == 0 && oG % 16 == 0,
                 "GradSmem: 16-byte alignment");
@@ -176,27 +159,6 @@ __device__ __forceinline__ void ld8(const SeqIn& x, int64_t brow, int64_t t, int
   } else {
 #pragma unroll
     for (int j = 0; j < 8; ++j) o[j] = ld(x, brow, t, h, c0 + j);
-  }
-}
-
-// Eight consecutive elements c0.. of one row of a gradient output (16-byte stores when the host
-// found its rows aligned: `vec`); bf16 rounding as st() does it.
-__device__ __forceinline__ void st8(const SeqOut& x, int64_t brow, int64_t t, int64_t h, int c0,
-                                    bool vec, const float* v) {
-  const int64_t i = brow * x.sb + t * x.st + h * x.sh + c0;
-  if (vec && x.dt == 1) {
-    uint4 u;
-    uint16_t* e = reinterpret_cast<uint16_t*>(&u);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) e[j] = float_to_bf16(v[j]);
-    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(x.p) + i) = u;
-  } else if (vec && x.dt == 0) {
-    float4* d = reinterpret_cast<float4*>(static_cast<float*>(x.p) + i);
-    d[0] = make_float4(v[0], v[1], v[2], v[3]);
-    d[1] = make_float4(v[4], v[5], v[6], v[7]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) st(x, brow, t, h, c0 + j, v[j]);
   }
 }
 
@@ -262,8 +224,6 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   float* Gs = reinterpret_cast<float*>(sm + Z::oG);
   float* Gp = reinterpret_cast<float*>(sm + Z::oGp);
   float* KK = reinterpret_cast<float*>(sm + Z::oKK);
-  float* OT = reinterpret_cast<float*>(sm + Z::oOut);  // [4][kC][XP], see GradSmem
-  constexpr int OTS = kC * XP;                          // one tile
 
   const int64_t cht = gc * A.H + h;  // (chunk, head) index of the workspace arrays
   const int64_t HK = A.H * K, BTHK = A.B * A.T * HK;
@@ -349,8 +309,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
   chunked::cp_wait<0>();
   __syncthreads();
 
-  // ---- 1. Ȳ = Lᵀ Ū (the chunk's Z̄): warp -> rows 16J.. of Ȳ, half of the value columns; then,
-  // eight value columns of one row per thread, dv and dw (or dv and Σ_v v Z̄ for dbeta) ----
+  // ---- 1. Ȳ = Lᵀ Ū (the chunk's Z̄): warp -> rows 16J.. of Ȳ, half of the value columns; then
+  // dv, dw (or dv and Σ_v v Z̄ for dbeta) ----
   {
     constexpr int NP = V / 32;  // pairs of 8-column tiles per half
     const int J = warp >> 1, vh = warp & 1;
@@ -372,7 +332,42 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         mma_split<NT, NT>(acc[p][1], a, b1);
       }
     }
+    float svz[2] = {0.f, 0.f};
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int j = 16 * J + g + 8 * hr;
+      if (j >= n) continue;
+      const int64_t tt = t0 + j;
+      const float beta = chan_bw ? 0.f : ld(A.beta, brow, tt, h, 0);
+#pragma unroll
+      for (int p = 0; p < NP; ++p)
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const int v = vh * (V / 2) + 16 * p + 8 * q + 2 * t;
+          const float z0 = acc[p][q][2 * hr], z1 = acc[p][q][2 * hr + 1];
+          const float v0 = ld(A.v, brow, tt, h, v), v1 = ld(A.v, brow, tt, h, v + 1);
+          if (chan_bw) {
+            st(A.dv, brow, tt, h, v, ld(A.w, brow, tt, h, v) * z0);
+            st(A.dv, brow, tt, h, v + 1, ld(A.w, brow, tt, h, v + 1) * z1);
+            st(A.dw, brow, tt, h, v, v0 * z0);
+            st(A.dw, brow, tt, h, v + 1, v1 * z1);
+          } else {
+            st(A.dv, brow, tt, h, v, beta * z0);
+            st(A.dv, brow, tt, h, v + 1, beta * z1);
+            svz[hr] = fmaf(v1, z1, fmaf(v0, z0, svz[hr]));
+          }
+        }
+    }
+    if (!chan_bw) {  // Σ_v v Z̄ over this warp's half of the columns, then over the two halves
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        svz[hr] += __shfl_xor_sync(0xffffffffu, svz[hr], 1);
+        svz[hr] += __shfl_xor_sync(0xffffffffu, svz[hr], 2);
+        if (t == 0) rowp[vh * kC + 16 * J + g + 8 * hr] = svz[hr];
+      }
+    }
     __syncthreads();  // every warp has read Ū
+    if (!chan_bw && tid < kC) tot[3 * kC + tid] = rowp[tid] + rowp[kC + tid];
 #pragma unroll
     for (int p = 0; p < NP; ++p)
 #pragma unroll
@@ -383,40 +378,6 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
                   acc[p][q][2 * hr + 1]);
   }
   __syncthreads();
-  {
-    constexpr int PR = V / 8;  // threads per row (16 or 8: lanes of one warp)
-    static_assert(kC * PR % kThreads == 0, "grads_kernel: dv/dw pass");
-    const bool vvw = G.vec_vw != 0, vout = G.vec_out != 0;
-#pragma unroll 1
-    for (int i = tid; i < kC * PR; i += kThreads) {
-      const int r = i / PR, c0 = (i % PR) * 8;
-      const int64_t tt = t0 + r;
-      float z[8], vv[8], o1[8], o2[8];
-      Yp.get8(r, c0, z);
-      float svz = 0.f;
-      if (r < n) {
-        ld8(A.v, brow, tt, h, c0, vvw, vv);
-        if (chan_bw) {
-          float ww[8];
-          ld8(A.w, brow, tt, h, c0, vvw, ww);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) o1[e] = ww[e] * z[e], o2[e] = vv[e] * z[e];
-          st8(A.dv, brow, tt, h, c0, vout, o1);
-          st8(A.dw, brow, tt, h, c0, vout, o2);
-        } else {
-          const float beta = ld(A.beta, brow, tt, h, 0);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) o1[e] = beta * z[e], svz = fmaf(vv[e], z[e], svz);
-          st8(A.dv, brow, tt, h, c0, vout, o1);
-        }
-      }
-      if (!chan_bw) {  // Σ_v v Z̄ over the row's PR threads, in a fixed order
-#pragma unroll
-        for (int o = 1; o < PR; o <<= 1) svz += __shfl_xor_sync(0xffffffffu, svz, o);
-        if (i % PR == 0) tot[3 * kC + r] = svz;
-      }
-    }
-  }
 
   // ---- 2. M̄ = s tril(Ō Uᵀ), T̄ = −stril(Ȳ Uᵀ) (k: value columns) ----
   {
@@ -490,15 +451,16 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) qv[e] = kv[e] = bv[e] = gv[e] = 0.f;
       }
-      // S, Ŝ' rows of the slab as consecutive float4 pieces: piece f = tid + j * kThreads is
-      // channel f / F4, value columns 4 (f % F4).. (F4 = V / 4 lanes per channel).
-      constexpr int F4 = V / 4, NJ = kSW * F4 / kThreads;
-      static_assert(kSW * F4 % kThreads == 0 && F4 <= 32, "grads_kernel: slab load");
-      const float4* Sg = reinterpret_cast<const float4*>(A.cs + (cht * K + cb) * V);
-      const float4* Hg = reinterpret_cast<const float4*>(G.ds + (cht * K + cb) * V);
-      float4 xs[NJ], xh[NJ];
+      const int cs_ = tid >> 3,
+                part = tid & 7;  // S, Ŝ': channel cs_ of the slab, value columns part*V/8..
+      constexpr int VP = V / 8;
+      const float4* Sg =
+          reinterpret_cast<const float4*>(A.cs + (cht * K + cb + cs_) * V + part * VP);
+      const float4* Hg =
+          reinterpret_cast<const float4*>(G.ds + (cht * K + cb + cs_) * V + part * VP);
+      float4 xs[VP / 4], xh[VP / 4];
 #pragma unroll
-      for (int j = 0; j < NJ; ++j) xs[j] = Sg[tid + j * kThreads], xh[j] = Hg[tid + j * kThreads];
+      for (int j = 0; j < VP / 4; ++j) xs[j] = Sg[j], xh[j] = Hg[j];
       uint4 pq, pk, pb;
       bf* eq = reinterpret_cast<bf*>(&pq);
       bf* ek = reinterpret_cast<bf*>(&pk);
@@ -513,19 +475,23 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       *reinterpret_cast<uint4*>(qsl + r * QP + c) = pq;
       *reinterpret_cast<uint4*>(ksl + r * QP + c) = pk;
       *reinterpret_cast<uint4*>(bsl + r * QP + c) = pb;
+      float acc = 0.f;
 #pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        const int f = tid + j * kThreads, ch = f / F4, v0 = 4 * (f % F4);
+      for (int j = 0; j < VP / 4; ++j) {
         const float4 x = xs[j], y = xh[j];
-        Ss.put2(ch, v0, x.x, x.y);
-        Ss.put2(ch, v0 + 2, x.z, x.w);
-        Shp.put2(ch, v0, y.x, y.y);
-        Shp.put2(ch, v0 + 2, y.z, y.w);
-        float acc = fmaf(y.w, x.w, fmaf(y.z, x.z, fmaf(y.y, x.y, y.x * x.x)));
-#pragma unroll
-        for (int o = 1; o < F4; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (f % F4 == 0) rho[ch] = A.mutant == kMutantNoDecayRho ? 0.f : acc;
+        Ss.put2(cs_, part * VP + 4 * j, x.x, x.y);
+        Ss.put2(cs_, part * VP + 4 * j + 2, x.z, x.w);
+        Shp.put2(cs_, part * VP + 4 * j, y.x, y.y);
+        Shp.put2(cs_, part * VP + 4 * j + 2, y.z, y.w);
+        acc = fmaf(y.x, x.x, acc);
+        acc = fmaf(y.y, x.y, acc);
+        acc = fmaf(y.z, x.z, acc);
+        acc = fmaf(y.w, x.w, acc);
       }
+      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+      if (part == 0) rho[cs_] = A.mutant == kMutantNoDecayRho ? 0.f : acc;
     }
     __syncthreads();
     {  // in-chunk cumulative log2-decay (rows past the chunk: g = 0); eight threads of eight rows
@@ -718,18 +684,19 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
         const float qfull = fmaf(mdiag[r], kk, qb);
         rA[q][e] = rB[q][e] = 0.f;
         if (r >= n) continue;
-        float* ot = OT + r * XP + c;
+        const int64_t tt = t0 + r, cg = cb + c;
         if (qed) {  // finished after the slabs, once k.ā is known
-          ot[0] = ab;
-          ot[OTS] = qfull;
-          ot[2 * OTS] = kfull;
+          const int64_t o = tokk(r) + cg;
+          A.tok_k[o] = ab;
+          A.tok_k[BTHK + o] = qfull;
+          A.tok_k[2 * BTHK + o] = kfull;
           rA[q][e] = kk * ab;                           // e = k.ā
           rB[q][e] = ab * (mval(r, c) - coef[r] * kk);  // dlambda
         } else {
-          ot[0] = qfull;
-          ot[OTS] = fmaf(ab, bb, kfull);
+          st(A.dq, brow, tt, h, cg, qfull);
+          st(A.dk, brow, tt, h, cg, fmaf(ab, bb, kfull));
           if (chan_bw)
-            ot[2 * OTS] = ab * kk;
+            st(A.db, brow, tt, h, cg, ab * kk);
           else
             rA[q][e] = ab * kk;  // dbeta
         }
@@ -783,7 +750,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       for (int i = 0; i < 8; ++i) {
         const int r = r0 + i;
         gb[i] = (suf[i] + after) + (base + pre[i]);
-        OT[3 * OTS + r * XP + c] = gb[i];
+        if (chan_g && r < n) st(A.dg, brow, t0 + r, h, cb + c, gb[i]);
       }
       if (A.variant == kGdn) {  // scalar decay: Σ over channels, this warp's four first
 #pragma unroll
@@ -802,42 +769,6 @@ __global__ void __launch_bounds__(kThreads, 1) grads_kernel(const GradArgs G) {
       for (int w = 0; w < kWarps; ++w) x += rowq[w * kC + tid];
       tot[2 * kC + tid] += x;
     }
-    {  // 3f. the slab's outputs from the tiles: eight channels of one row per thread
-      static_assert(kC * (kSW / 8) == kThreads, "grads_kernel: output pass");
-      const int r = tid >> 2, c0 = 8 * (tid & 3);
-      const int64_t tt = t0 + r, cg = cb + c0;
-      const bool vout = G.vec_out != 0;
-      if (r < n) {
-        float x[8];
-        auto tile = [&](int k) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) x[e] = OT[k * OTS + r * XP + c0 + e];
-        };
-        if (qed) {
-#pragma unroll
-          for (int k = 0; k < 3; ++k) {
-            tile(k);
-            float4* d = reinterpret_cast<float4*>(A.tok_k + k * BTHK + tokk(r) + cg);
-            d[0] = make_float4(x[0], x[1], x[2], x[3]);
-            d[1] = make_float4(x[4], x[5], x[6], x[7]);
-          }
-        } else {
-          tile(0);
-          st8(A.dq, brow, tt, h, static_cast<int>(cg), vout, x);
-          tile(1);
-          st8(A.dk, brow, tt, h, static_cast<int>(cg), vout, x);
-          if (chan_bw) {
-            tile(2);
-            st8(A.db, brow, tt, h, static_cast<int>(cg), vout, x);
-          }
-        }
-        if (chan_g) {
-          tile(3);
-          st8(A.dg, brow, tt, h, static_cast<int>(cg), vout, x);
-        }
-      }
-    }
-    __syncthreads();  // the tiles share the next slab's S, Ŝ' area
   }
   __syncthreads();
 

@@ -20,8 +20,6 @@ struct GradArgs {
   int64_t lm_off = 0;           // offset of L in a blob
   float max_diag = 64.f;        // steepest in-block decay (log2) of the factored diagonal blocks
   int vec = 0;                  // rows of q, k, b, g and do may be read in 16-byte pieces
-  int vec_vw = 0;               // rows of v and w (where given) likewise
-  int vec_out = 0;              // rows of dq dk dv dg db dw (where given) may be written so
 };
 
 // bf16 inputs, K and V in {64, 128}; one block per (chunk slot, head).
