@@ -134,23 +134,7 @@ __global__ void __launch_bounds__(kSweepWarps * 32) sweep_kernel(const Args A) {
       for (int e = 0; e < 4; ++e)
         accS[m][n][e] =
             A.dht ? A.dht[seq * A.dht_sn + h * A.dht_sh + kch(n, e) * A.dht_sk + vcol(m, e)] : 0.f;
-  auto writeS = [&]() {
-#pragma unroll
-    for (int kb2 = 0; kb2 < KW / 16; ++kb2) {
-      const int kbg = warp * (KW / 16) + kb2;
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        uint32_t r0[NT], r1[NT], r2[NT], r3[NT];
-        split2<NT>(accS[m][2 * kb2][0], accS[m][2 * kb2][1], r0);
-        split2<NT>(accS[m][2 * kb2][2], accS[m][2 * kb2][3], r1);
-        split2<NT>(accS[m][2 * kb2 + 1][0], accS[m][2 * kb2 + 1][1], r2);
-        split2<NT>(accS[m][2 * kb2 + 1][2], accS[m][2 * kb2 + 1][3], r3);
-#pragma unroll
-        for (int i = 0; i < NT; ++i)
-          Sbuf[((m * NKB + kbg) * NT + i) * 32 + lane] = make_uint4(r0[i], r1[i], r2[i], r3[i]);
-      }
-    }
-  };
+  auto writeS = [&]() { store_state_frags<MT, NN, NT, KW, NKB>(accS, Sbuf, warp, lane); };
   writeS();
   if (nch > 0) {
     loadA(nch - 1);

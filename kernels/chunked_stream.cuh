@@ -79,4 +79,28 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// The fp32 state a warp holds in accumulator layout (accS[m][n]: value tile m, key n-tile n of
+// this warp's KW channels) as split-bf16 B fragments in Sbuf, the layout both the forward's state
+// pass and the backward's reverse sweep read the state from: for value tile m, key block kbg and
+// term i, one uint4 per lane at ((m NKB + kbg) NT + i) 32 + lane.
+template <int MT, int NN, int NT, int KW, int NKB>
+__device__ __forceinline__ void store_state_frags(const float (&accS)[MT][NN][4], uint4* Sbuf,
+                                                  int warp, int lane) {
+#pragma unroll
+  for (int kb2 = 0; kb2 < KW / 16; ++kb2) {
+    const int kbg = warp * (KW / 16) + kb2;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      uint32_t r0[NT], r1[NT], r2[NT], r3[NT];
+      split2<NT>(accS[m][2 * kb2][0], accS[m][2 * kb2][1], r0);
+      split2<NT>(accS[m][2 * kb2][2], accS[m][2 * kb2][3], r1);
+      split2<NT>(accS[m][2 * kb2 + 1][0], accS[m][2 * kb2 + 1][1], r2);
+      split2<NT>(accS[m][2 * kb2 + 1][2], accS[m][2 * kb2 + 1][3], r3);
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+        Sbuf[((m * NKB + kbg) * NT + i) * 32 + lane] = make_uint4(r0[i], r1[i], r2[i], r3[i]);
+    }
+  }
+}
+
 }  // namespace qed::kernels::chunked
