@@ -881,34 +881,61 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     if (!chan_bw) st(A.dbeta, brow, tt, h, 0, tot[tid] + tot[3 * kC + tid]);
     if (A.variant == kGdn) st(A.dg, brow, tt, h, 0, tot[2 * kC + tid]);
   }
-  if (qed) {  // MATH.md §5.2, as token_item (chunked_backward_tile.hpp) has it
-    for (int i = tid; i < n * K; i += kThreads) {
-      const int r = i / K, c = i % K;
-      const int64_t tt = t0 + r, o = tokk(r) + c;
-      const float ab = A.tok_k[o], qf = A.tok_k[BTHK + o], kf = A.tok_k[2 * BTHK + o];
-      const float kk = ld(A.k, brow, tt, h, c), bb = ld(A.b, brow, tt, h, c),
-                  qq = ld(A.q, brow, tt, h, c);
-      const float m = A.arm == kArmFull ? bb * qq : (A.arm == kArmRand ? bb * A.r[h * K + c] : qq);
-      const float nn = nnr[r], f = coef[r], ee = tot[r];
-      float dq = qf, dk = fmaf(ab, bb, kf), db = ab * kk;
-      float mbar = lam * ab;
-      if (nn > 0.f) {
-        mbar = lam * (ab - kk * (ee / nn));
-        if (A.mutant != kMutantNoProjGrad)
-          dk -= lam * (f * ab + (ee / nn) * m - 2.f * f * (ee / nn) * kk);
+  if (qed) {  // MATH.md §5.2, as token_item (chunked_backward_tile.hpp) has it: eight channels
+    // of one row per item, every load of an item (ā, q̄, k̄ from tok_k; k, b, q) issued together
+    constexpr int GR = K / 8;  // items per row
+    const bool vin = G.vec != 0, vout = G.vec_out != 0;
+    for (int i = tid; i < n * GR; i += kThreads) {
+      const int r = i / GR, c0 = 8 * (i % GR);
+      const int64_t tt = t0 + r, o = tokk(r) + c0;
+      float ab[8], qf[8], kf[8], kk[8], bb[8], qq[8];
+      auto ld8f = [&](const float* src, float* x) {
+        const float4 u0 = reinterpret_cast<const float4*>(src)[0];
+        const float4 u1 = reinterpret_cast<const float4*>(src)[1];
+        x[0] = u0.x, x[1] = u0.y, x[2] = u0.z, x[3] = u0.w;
+        x[4] = u1.x, x[5] = u1.y, x[6] = u1.z, x[7] = u1.w;
+      };
+      ld8f(A.tok_k + o, ab);
+      ld8f(A.tok_k + BTHK + o, qf);
+      ld8f(A.tok_k + 2 * BTHK + o, kf);
+      ld8(A.k, brow, tt, h, c0, vin, kk);
+      ld8(A.b, brow, tt, h, c0, vin, bb);
+      ld8(A.q, brow, tt, h, c0, vin, qq);
+      const float nn = nnr[r], f = coef[r], en = nn > 0.f ? tot[r] / nn : 0.f;
+      float dq[8], dk[8], db[8], dr[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int c = c0 + e;
+        const float rr = A.arm == kArmRand ? A.r[h * K + c] : 0.f;
+        const float m = A.arm == kArmFull ? bb[e] * qq[e] : (A.arm == kArmRand ? bb[e] * rr : qq[e]);
+        dq[e] = qf[e];
+        dk[e] = fmaf(ab[e], bb[e], kf[e]);
+        db[e] = ab[e] * kk[e];
+        float mbar = lam * ab[e];
+        if (nn > 0.f) {
+          mbar = lam * (ab[e] - kk[e] * en);
+          if (A.mutant != kMutantNoProjGrad)
+            dk[e] -= lam * (f * ab[e] + en * m - 2.f * f * en * kk[e]);
+        }
+        dr[e] = 0.f;
+        if (A.arm == kArmFull) {
+          dq[e] = fmaf(mbar, bb[e], dq[e]);
+          db[e] = fmaf(mbar, qq[e], db[e]);
+        } else if (A.arm == kArmRand) {
+          db[e] = fmaf(mbar, rr, db[e]);
+          dr[e] = mbar * bb[e];
+        } else {
+          dq[e] += mbar;
+        }
       }
-      if (A.arm == kArmFull) {
-        dq = fmaf(mbar, bb, dq);
-        db = fmaf(mbar, qq, db);
-      } else if (A.arm == kArmRand) {
-        db = fmaf(mbar, A.r[h * K + c], db);
-        A.dr_tok[item(r) * K + c] = mbar * bb;
-      } else {
-        dq += mbar;
+      if (A.arm == kArmRand) {
+        float4* d = reinterpret_cast<float4*>(A.dr_tok + item(r) * K + c0);
+        d[0] = make_float4(dr[0], dr[1], dr[2], dr[3]);
+        d[1] = make_float4(dr[4], dr[5], dr[6], dr[7]);
       }
-      st(A.dq, brow, tt, h, c, dq);
-      st(A.dk, brow, tt, h, c, dk);
-      st(A.db, brow, tt, h, c, db);
+      st8(A.dq, brow, tt, h, c0, vout, dq);
+      st8(A.dk, brow, tt, h, c0, vout, dk);
+      st8(A.db, brow, tt, h, c0, vout, db);
     }
   }
 }
