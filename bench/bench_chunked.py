@@ -728,31 +728,44 @@ def timings_backward(lib, log, quick, have_peer):
 
 
 def backward_phases(lib, log, impls=("v2",)):
-    """The backward cut after each of its passes (QEDCHECK_CHUNKED_BWD_STOP=k), GDN-2 at
-    [8,4096,16,128] bf16, for each pipeline (QEDCHECK_CHUNKED_BWD_IMPL): each pass's cost is the
-    difference of neighbouring cuts."""
+    """The backward cut after each of its passes (QEDCHECK_CHUNKED_BWD_STOP=k), GDN-2 and QED
+    (full arm) at [8,4096,16,128] bf16, for each pipeline (QEDCHECK_CHUNKED_BWD_IMPL; v2 also with
+    its gradient pass on sixteen warps): each pass's cost is the difference of neighbouring cuts."""
     names = {"v2": ["recompute forward (+ U, backward blobs)", "reverse sweep", "gradients + token VJP"],
              "v1": ["recompute forward", "prep", "reverse state sweep", "chunk (decay factors)", "token VJP"]}
     B, T, H, D = 8, 4096, 16, 128
-    x = make_inputs(B, T, H, D, D, "gdn2", "none", "std", torch.bfloat16, seed=3)
-    do = torch.randn(B, T, H, D, device=DEV).to(torch.bfloat16)
-    gr = lib.grad_buffers(x, B, torch.bfloat16)
     rows = []
+    runs = []
+    for impl in impls:
+        for variant in ("gdn2", "qed"):
+            runs.append((impl, variant, None))
+            if impl == "v2":
+                runs.append((impl, variant, "16"))
     try:
-        for impl in impls:
+        for impl, variant, warps in runs:
+            x = make_inputs(B, T, H, D, D, variant, "full" if variant == "qed" else "none", "std",
+                            torch.bfloat16, seed=3)
+            do = torch.randn(B, T, H, D, device=DEV).to(torch.bfloat16)
+            gr = lib.grad_buffers(x, B, torch.bfloat16)
             os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = impl
+            if warps:
+                os.environ["QEDCHECK_CHUNKED_GRADS_WARPS"] = warps
             prev = 0.0
+            label = f"{impl}{' (16 warps)' if warps else ''} {variant}"
             for k in range(1, len(names[impl]) + 1):
                 os.environ["QEDCHECK_CHUNKED_BWD_STOP"] = str(k)
                 ms = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16), warmup=1, reps=3)[0]
-                rows.append({"pass": k, "name": f"{impl}: {names[impl][k - 1]}", "cum_ms": ms,
+                rows.append({"pass": k, "name": f"{label}: {names[impl][k - 1]}", "cum_ms": ms,
                              "pass_ms": ms - prev})
                 prev = ms
                 log("[bwd phases] " + json.dumps(rows[-1]))
+            os.environ.pop("QEDCHECK_CHUNKED_GRADS_WARPS", None)
+            os.environ.pop("QEDCHECK_CHUNKED_BWD_STOP", None)
+            del x, do, gr
     finally:
         os.environ.pop("QEDCHECK_CHUNKED_BWD_STOP", None)
+        os.environ.pop("QEDCHECK_CHUNKED_GRADS_WARPS", None)
         os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = OURS_BWD
-    del x, do, gr
     lib.wsb = torch.empty(0, dtype=torch.uint8, device=DEV)
     torch.cuda.empty_cache()
     return rows
