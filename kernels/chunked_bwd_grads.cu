@@ -138,14 +138,15 @@ struct GradSmem {
   static constexpr int oG = ob + kC * QP * 2;
   static constexpr int oGp = oG + kC * GP * 4;
   static constexpr int oKK = oGp + kC * XP * 4;
+  static constexpr int oA = oKK + kC * XP * 4;  // fp32 slab tile of the erase vector a (pitch GP)
   // Four fp32 tiles [kC][XP] of the slab's per-token outputs (dq, dk, db, dg; QED: ā, q̄, k̄, dg),
   // written out in 16-byte rows after the slab: in the S, Ŝ' area (free after 3b) where it fits.
   static constexpr int out_bytes = 4 * kC * XP * 4;
   static constexpr bool out_in_s = 2 * SP::bytes >= out_bytes;
-  static constexpr int oOut = out_in_s ? oS : oKK + kC * XP * 4;
-  static constexpr int slab_end = oKK + kC * XP * 4 + (out_in_s ? 0 : out_bytes);
+  static constexpr int oOut = out_in_s ? oS : oA + kC * GP * 4;
+  static constexpr int slab_end = oA + kC * GP * 4 + (out_in_s ? 0 : out_bytes);
   static constexpr int total = (slab_end > oL + TP::bytes ? slab_end : oL + TP::bytes);
-  static_assert(oSlab % 16 == 0 && oSh % 16 == 0 && oq % 16 == 0 && oG % 16 == 0,
+  static_assert(oSlab % 16 == 0 && oSh % 16 == 0 && oq % 16 == 0 && oG % 16 == 0 && oA % 16 == 0,
                 "GradSmem: 16-byte alignment");
 };
 
@@ -283,6 +284,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   float* Gs = reinterpret_cast<float*>(sm + Z::oG);
   float* Gp = reinterpret_cast<float*>(sm + Z::oGp);
   float* KK = reinterpret_cast<float*>(sm + Z::oKK);
+  float* As = reinterpret_cast<float*>(sm + Z::oA);  // [kC][GP], the slab's a (see aval)
   float* OT = reinterpret_cast<float*>(sm + Z::oOut);  // [4][kC][XP], see GradSmem
   constexpr int OTS = kC * XP;                          // one tile
 
@@ -538,6 +540,23 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
         *reinterpret_cast<uint4*>(qsl + r * QP + c) = pq;
         *reinterpret_cast<uint4*>(ksl + r * QP + c) = pk;
         *reinterpret_cast<uint4*>(bsl + r * QP + c) = pb;
+        // the erase vector a (MATH.md §2) of these eight channels, from the tiles' rounded
+        // values: b k, or for QED b k + lambda (m - coef k), m the arm's query-side vector
+        float av[8];
+        const float cf = r < n ? coef[r] : 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float kk = __bfloat162float(ek[e]), bb = __bfloat162float(eb[e]);
+          av[e] = bb * kk;
+          if (qed) {
+            const float qq = __bfloat162float(eq[e]);
+            const float m = A.arm == kArmFull ? bb * qq : (A.arm == kArmRand ? bb * A.r[h * K + cg + e] : qq);
+            av[e] = fmaf(bb, kk, fmaf(lam, m, -lam * cf * kk));
+          }
+          if (r >= n) av[e] = 0.f;
+        }
+        *reinterpret_cast<float4*>(As + r * GP + c) = make_float4(av[0], av[1], av[2], av[3]);
+        *reinterpret_cast<float4*>(As + r * GP + c + 4) = make_float4(av[4], av[5], av[6], av[7]);
       }
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
@@ -613,11 +632,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
       if (A.arm == kArmRand) return __bfloat162float(bsl[r * QP + c]) * A.r[h * K + cb + c];
       return qq;
     };
-    auto aval = [&](int r, int c) {  // erase vector a (MATH.md §2) from the slab tiles
-      const float kk = __bfloat162float(ksl[r * QP + c]), bb = __bfloat162float(bsl[r * QP + c]);
-      if (!qed) return bb * kk;
-      return fmaf(bb, kk, fmaf(lam, mval(r, c), -lam * coef[r] * kk));
-    };
+    auto aval = [&](int r, int c) { return As[r * GP + c]; };  // erase vector a, from 3a
     const uint32_t stI = steep[I];
     float aB[NQ][4], qB[NQ][4], kB[NQ][4];  // ā°, q̄°, k̄° (diagonal M̄ terms left out)
 #pragma unroll
