@@ -192,6 +192,12 @@ __device__ __forceinline__ void ld8(const SeqIn& x, int64_t brow, int64_t t, int
   }
 }
 
+// The query-side vector m of the QED arms (MATH.md §2) at one element: b q (full), b r (rand: r is
+// the per-head vector, read only for that arm), q (nogate, nogate_noproj).
+__device__ __forceinline__ float arm_m(int arm, float b, float q, const float* r, int i) {
+  return arm == kArmFull ? b * q : (arm == kArmRand ? b * r[i] : q);
+}
+
 // Eight consecutive elements c0.. of one row of a gradient output (16-byte stores when the host
 // found its rows aligned: `vec`); bf16 rounding as st() does it.
 __device__ __forceinline__ void st8(const SeqOut& x, int64_t brow, int64_t t, int64_t h, int c0,
@@ -351,9 +357,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
         ld8(A.q, brow, t0 + r, h, c0, vec, qq);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const float m = A.arm == kArmFull
-                              ? bb[e] * qq[e]
-                              : (A.arm == kArmRand ? bb[e] * A.r[h * K + c0 + e] : qq[e]);
+          const float m = arm_m(A.arm, bb[e], qq[e], A.r, h * K + c0 + e);
           nn = fmaf(kk[e], kk[e], nn);
           km = fmaf(kk[e], m, km);
         }
@@ -550,8 +554,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
           av[e] = bb * kk;
           if (qed) {
             const float qq = __bfloat162float(eq[e]);
-            const float m = A.arm == kArmFull ? bb * qq : (A.arm == kArmRand ? bb * A.r[h * K + cg + e] : qq);
-            av[e] = fmaf(bb, kk, fmaf(lam, m, -lam * cf * kk));
+            av[e] = fmaf(bb, kk, fmaf(lam, arm_m(A.arm, bb, qq, A.r, h * K + cg + e), -lam * cf * kk));
           }
           if (r >= n) av[e] = 0.f;
         }
@@ -626,11 +629,9 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 
     // 3c. §6.2 on tensor cores. Lane element (hr, q, e): row r = 16I + g + 8hr, slab channel
     // c = 16hh + 8q + 2t + e (accumulator entry 2hr + e of n-tile q).
-    auto mval = [&](int r, int c) {  // the query-side vector m of the QED arms (MATH.md §2)
-      const float qq = __bfloat162float(qsl[r * QP + c]);
-      if (A.arm == kArmFull) return __bfloat162float(bsl[r * QP + c]) * qq;
-      if (A.arm == kArmRand) return __bfloat162float(bsl[r * QP + c]) * A.r[h * K + cb + c];
-      return qq;
+    auto mval = [&](int r, int c) {
+      return arm_m(A.arm, __bfloat162float(bsl[r * QP + c]), __bfloat162float(qsl[r * QP + c]), A.r,
+                   h * K + cb + c);
     };
     auto aval = [&](int r, int c) { return As[r * GP + c]; };  // erase vector a, from 3a
     const uint32_t stI = steep[I];
@@ -922,7 +923,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
       for (int e = 0; e < 8; ++e) {
         const int c = c0 + e;
         const float rr = A.arm == kArmRand ? A.r[h * K + c] : 0.f;
-        const float m = A.arm == kArmFull ? bb[e] * qq[e] : (A.arm == kArmRand ? bb[e] * rr : qq[e]);
+        const float m = arm_m(A.arm, bb[e], qq[e], A.r, h * K + c);
         dq[e] = qf[e];
         dk[e] = fmaf(ab[e], bb[e], kf[e]);
         db[e] = ab[e] * kk[e];
