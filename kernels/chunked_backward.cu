@@ -707,12 +707,13 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
     const ChunkedForwardParams fp = forward_params(p, ws, L);
     const chunked::BwdHooks hk = hooks_of(L, ws);
     Status s;
-    if (p.saved_forward)
-      fa = L.v2 ? chunked::recompute_args(fp, hk) : fa;
-    else if (L.v2)
+    if (p.saved_forward) {
+      if (L.v2) fa = chunked::recompute_args(fp, hk);
+    } else if (L.v2) {
       s = chunked::forward_for_backward(fp, hk, &fa);
-    else
+    } else {
       s = chunked_forward(fp);
+    }
     if (!s.ok()) result = {s.code, std::string(kFn) + ": recompute: " + s.message};
   }
   cb::BwdArgs A;
@@ -822,14 +823,21 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
   return result;
 }
 
+namespace {
+// The backward's parameters and workspace layout for the problem and inputs of a forward.
+Status backward_of(const ChunkedForwardParams& f, ChunkedBackwardParams* p, Layout* L) {
+  p->problem = f.problem;
+  p->in = f.in;
+  return layout_for(*p, L);
+}
+}  // namespace
+
 Status chunked_forward_saving_workspace(const ChunkedForwardParams& f, size_t* bytes) {
   if (!bytes) return {StatusCode::invalid_argument, "chunked_forward_saving_workspace: bytes is nullptr"};
   if (Status s = chunked_forward_workspace(f, bytes); !s.ok()) return s;  // validates the inputs
   ChunkedBackwardParams p;
-  p.problem = f.problem;
-  p.in = f.in;
   Layout L;
-  if (Status s = layout_for(p, &L); !s.ok()) return s;
+  if (Status s = backward_of(f, &p, &L); !s.ok()) return s;
   *bytes = L.total;
   return {};
 }
@@ -840,10 +848,8 @@ Status chunked_forward_saving(const ChunkedForwardParams& f, void* bwd_workspace
     return {StatusCode::invalid_argument,
             std::string(fn) + ": chunk_states must be absent (the states stay in the backward's workspace)"};
   ChunkedBackwardParams p;
-  p.problem = f.problem;
-  p.in = f.in;
   Layout L;
-  if (Status s = layout_for(p, &L); !s.ok()) return {s.code, std::string(fn) + ": " + s.message};
+  if (Status s = backward_of(f, &p, &L); !s.ok()) return {s.code, std::string(fn) + ": " + s.message};
   if (!bwd_workspace)
     return {StatusCode::invalid_argument, std::string(fn) + ": bwd_workspace is nullptr"};
   if (bwd_workspace_bytes < L.total)

@@ -108,13 +108,8 @@ ChunkedHostRun run_chunked_training(const reference::Inputs<double>& in0,
   const int64_t N = res.inputs.num_sequences();
   res.cotangents = round_cotangents(cot, dt);
   const DeviceProblem dev = upload_problem(res.inputs, dt);
-  // upload_problem keeps a pointer to the host cu_seqlens: the rounded stale inputs must outlive alt
-  std::optional<reference::Inputs<double>> stale_in;
   std::optional<DeviceProblem> alt;
-  if (stale) {
-    stale_in.emplace(round_inputs(*stale, dt));
-    alt.emplace(upload_problem(*stale_in, dt));
-  }
+  if (stale) alt.emplace(upload_problem(round_inputs(*stale, dt), dt));
   const DeviceProblem& dev_fwd = alt ? *alt : dev;
   const size_t nO = static_cast<size_t>(d.B * d.T * d.H * d.V);
   const size_t nS = static_cast<size_t>(N * d.H * d.K * d.V);

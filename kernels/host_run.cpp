@@ -162,7 +162,8 @@ DeviceProblem upload_problem(const reference::Inputs<double>& in, DType dt) {
     dp.cu = DeviceBuffer(in.cu_seqlens.size() * sizeof(int64_t));
     dp.cu.upload(in.cu_seqlens.data(), in.cu_seqlens.size() * sizeof(int64_t));
     p.cu_seqlens = dp.cu.as<int64_t>();
-    p.cu_seqlens_host = in.cu_seqlens.data();
+    dp.cu_host = in.cu_seqlens;
+    p.cu_seqlens_host = dp.cu_host.data();
     p.num_seqs = in.num_sequences();
   }
   dp.q = to_device(in.q, dt);

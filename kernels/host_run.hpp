@@ -67,11 +67,13 @@ DeviceBuffer to_device_f32(const std::vector<double>& x);
 std::vector<double> from_device(const DeviceBuffer& b, size_t count, DType d);
 
 // A problem's inputs uploaded in a dtype: the owning buffers, the Problem (shape, variant, arm,
-// scale, cu_seqlens) and the Inputs descriptors pointing into the buffers. `in` must outlive it
-// (Problem::cu_seqlens_host points into in.cu_seqlens).
+// scale, cu_seqlens) and the Inputs descriptors pointing into the buffers. It owns everything its
+// descriptors point at: Problem::cu_seqlens_host points into its own cu_host (a moved vector keeps
+// its storage, so moving a DeviceProblem keeps the pointer valid).
 struct DeviceProblem {
   Problem problem;
   Inputs inputs;
+  std::vector<int64_t> cu_host;
   DeviceBuffer cu, q, k, v, g, b, w, beta, lambda, r, h0;
 };
 DeviceProblem upload_problem(const reference::Inputs<double>& in, DType dt);
