@@ -727,10 +727,14 @@ def timings_backward(lib, log, quick, have_peer):
     return rows
 
 
-def backward_phases(lib, log, impls=("v2",)):
+def backward_phases(lib, log, impls=("v2",), configs=("8", "16")):
     """The backward cut after each of its passes (QEDCHECK_CHUNKED_BWD_STOP=k), GDN-2 and QED
-    (full arm) at [8,4096,16,128] bf16, for each pipeline (QEDCHECK_CHUNKED_BWD_IMPL; v2 also with
-    its gradient pass on sixteen warps): each pass's cost is the difference of neighbouring cuts."""
+    (full arm) at [8,4096,16,128] bf16, for each pipeline (QEDCHECK_CHUNKED_BWD_IMPL) and, for v2,
+    each gradient-pass configuration of `configs`: "8" (eight warps, the default), "16" (sixteen
+    warps), "8late" (eight warps loading each slab's inputs at use, QEDCHECK_CHUNKED_GRADS_AHEAD=0).
+    Each pass's cost is the difference of neighbouring cuts."""
+    knobs = {"8": {}, "16": {"QEDCHECK_CHUNKED_GRADS_WARPS": "16"},
+             "8late": {"QEDCHECK_CHUNKED_GRADS_AHEAD": "0"}}
     names = {"v2": ["recompute forward (+ U, backward blobs)", "reverse sweep", "gradients + token VJP"],
              "v1": ["recompute forward", "prep", "reverse state sweep", "chunk (decay factors)", "token VJP"]}
     B, T, H, D = 8, 4096, 16, 128
@@ -738,20 +742,19 @@ def backward_phases(lib, log, impls=("v2",)):
     runs = []
     for impl in impls:
         for variant in ("gdn2", "qed"):
-            runs.append((impl, variant, None))
-            if impl == "v2":
-                runs.append((impl, variant, "16"))
+            for cfg in (configs if impl == "v2" else ("8",)):
+                runs.append((impl, variant, cfg))
     try:
-        for impl, variant, warps in runs:
+        for impl, variant, cfg in runs:
             x = make_inputs(B, T, H, D, D, variant, "full" if variant == "qed" else "none", "std",
                             torch.bfloat16, seed=3)
             do = torch.randn(B, T, H, D, device=DEV).to(torch.bfloat16)
             gr = lib.grad_buffers(x, B, torch.bfloat16)
             os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = impl
-            if warps:
-                os.environ["QEDCHECK_CHUNKED_GRADS_WARPS"] = warps
+            for k, v in knobs[cfg].items():
+                os.environ[k] = v
             prev = 0.0
-            label = f"{impl}{' (16 warps)' if warps else ''} {variant}"
+            label = f"{impl}{'' if cfg == '8' else ' (' + cfg + ')'} {variant}"
             for k in range(1, len(names[impl]) + 1):
                 os.environ["QEDCHECK_CHUNKED_BWD_STOP"] = str(k)
                 ms = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16), warmup=1, reps=3)[0]
@@ -759,12 +762,15 @@ def backward_phases(lib, log, impls=("v2",)):
                              "pass_ms": ms - prev})
                 prev = ms
                 log("[bwd phases] " + json.dumps(rows[-1]))
-            os.environ.pop("QEDCHECK_CHUNKED_GRADS_WARPS", None)
+            for k in knobs[cfg]:
+                os.environ.pop(k, None)
             os.environ.pop("QEDCHECK_CHUNKED_BWD_STOP", None)
             del x, do, gr
     finally:
         os.environ.pop("QEDCHECK_CHUNKED_BWD_STOP", None)
-        os.environ.pop("QEDCHECK_CHUNKED_GRADS_WARPS", None)
+        for kv in knobs.values():
+            for k in kv:
+                os.environ.pop(k, None)
         os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = OURS_BWD
     lib.wsb = torch.empty(0, dtype=torch.uint8, device=DEV)
     torch.cuda.empty_cache()
@@ -780,6 +786,8 @@ def main():
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--only", default="diag,check,accuracy,timing,bwdcheck,bwdtiming")
     ap.add_argument("--shapes", default="1,2,3", help="forward timing shapes, 1-based (default all three)")
+    ap.add_argument("--phase-configs", default="8,16",
+                    help="bwdphases: gradient-pass configurations, of 8, 16, 8late (see backward_phases)")
     ap.add_argument("--lean", action="store_true", help="forward timing: the default rows only")
     args = ap.parse_args()
     try:
@@ -839,7 +847,7 @@ def main():
             log(f"[bwdpeer] FAILED: {e!r}")
     if "bwdphases" in only:
         try:
-            res["bwdphases"] = backward_phases(lib, log)
+            res["bwdphases"] = backward_phases(lib, log, configs=tuple(args.phase_configs.split(",")))
         except Exception as e:  # noqa: BLE001
             log(f"[bwdphases] FAILED: {e!r}")
     with open(os.path.join(args.out, "chunked_forward.json"), "w") as f:

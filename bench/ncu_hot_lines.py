@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
-"""The hottest source lines of one profiled kernel, from a CSV that
-  ncu --import REPORT.ncu-rep --page source --csv --print-source cuda
-prints (a kernel built with -lineinfo): the rows sorted by the warp-stall sample column, with
-their share of all samples, and every other stall-reason column that is large on that row.
-Usage: ncu_hot_lines.py SOURCE.csv [--top 40]. Not a benchmark itself."""
+"""The hottest source lines of one profiled kernel, from the CSV that
+  ncu --import REPORT.ncu-rep --page source --csv --print-source cuda,sass
+prints (kernel built with -lineinfo). That CSV has one section per source file: a "File Path"
+row, a "Function Name" row, a header row, then one row per CUDA line (its "Line No" set) and
+one row per SASS instruction of it (Line No empty). Prints the CUDA lines sorted by their warp
+stall samples, with their share, instructions executed and the largest stall reasons.
+  ncu_hot_lines.py A.csv [--top 40]             the hottest lines of A
+  ncu_hot_lines.py A.csv --base B.csv [--top 40] lines sorted by samples(A) - samples(B): where A
+                                                 spends what B does not (same kernel binary)
+Not a benchmark itself."""
 import argparse
 import csv
+import gzip
+import os
 import sys
 
 
@@ -16,34 +23,78 @@ def num(s):
         return 0.0
 
 
+def load(path):
+    """{(file, line): {"src", "samples", "inst", "stalls": {reason: samples}}} of the CUDA lines."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
+        rows = list(csv.reader(f))
+    out, cur, head = {}, "?", None
+    for r in rows:
+        if not r:
+            continue
+        if r[0] == "File Path":
+            cur = os.path.basename(r[1]) if len(r) > 1 else "?"
+            head = None
+            continue
+        if r[0] == "Function Name":
+            continue
+        if "Warp Stall Sampling (All Samples)" in r:
+            head = {c: i for i, c in enumerate(r) if c not in head_skip(r)}
+            head["__stall"] = r.index("Warp Stall Sampling (All Samples)")
+            head["__inst"] = r.index("Instructions Executed") if "Instructions Executed" in r else None
+            head["__reasons"] = [(i, c) for i, c in enumerate(r)
+                                 if c.startswith("stall_") and "Not Issued" not in c]
+            continue
+        if head is None or not r[0].strip():
+            continue  # SASS rows: their samples are in their CUDA line's row already
+        key = (cur, int(num(r[0])))
+        e = out.setdefault(key, {"src": r[1].strip(), "samples": 0.0, "inst": 0.0, "stalls": {}})
+        e["samples"] += num(r[head["__stall"]])
+        if head["__inst"] is not None:
+            e["inst"] += num(r[head["__inst"]])
+        for i, c in head["__reasons"]:
+            e["stalls"][c[6:]] = e["stalls"].get(c[6:], 0.0) + num(r[i])
+    if not out:
+        sys.exit(f"{path}: no CUDA source rows with a 'Warp Stall Sampling (All Samples)' column")
+    return out
+
+
+def head_skip(r):
+    return ()
+
+
+def reasons(e, total):
+    top = sorted(e["stalls"].items(), key=lambda kv: -kv[1])[:3]
+    return " ".join(f"{k}:{100 * v / total:.1f}" for k, v in top if v > 0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
+    ap.add_argument("--base", help="a second CSV of the same kernel: print the difference")
     ap.add_argument("--top", type=int, default=40)
     args = ap.parse_args()
-    with open(args.csv, newline="") as f:
-        lines = [l for l in f if l.startswith('"') or "," in l]
-    rows = list(csv.reader(lines))
-    head_i = next((i for i, r in enumerate(rows) if any("Source" in c for c in r)), None)
-    if head_i is None:
-        sys.exit(f"{args.csv}: no header row with a Source column")
-    head = rows[head_i]
-    body = [r for r in rows[head_i + 1:] if len(r) == len(head)]
-    src = next(i for i, c in enumerate(head) if "Source" in c)
-    line_col = next((i for i, c in enumerate(head) if c.strip() in ("#", "Line", "# Line")), None)
-    stall = [i for i, c in enumerate(head) if "Warp Stall Sampling (All" in c]
-    if not stall:
-        sys.exit(f"{args.csv}: no 'Warp Stall Sampling (All Samples)' column; columns: {head}")
-    s = stall[0]
-    total = sum(num(r[s]) for r in body) or 1.0
-    extra = [i for i, c in enumerate(head) if i not in (src, s, line_col) and
-             any(k in c for k in ("Instructions Executed", "L2 Theoretical Sectors Global Excessive",
-                                  "L1 Wavefronts Shared Excessive"))]
-    print(f"{len(body)} source rows, {total:.0f} stall samples; columns: {[head[i] for i in extra]}")
-    for r in sorted(body, key=lambda r: -num(r[s]))[:args.top]:
-        ln = r[line_col] if line_col is not None else "?"
-        print(f"{100 * num(r[s]) / total:5.1f}%  L{ln:>5}  " + " ".join(f"{num(r[i]):.3g}" for i in extra)
-              + "  " + r[src].strip()[:110])
+    a = load(args.csv)
+    ta = sum(e["samples"] for e in a.values()) or 1.0
+    if not args.base:
+        print(f"{len(a)} CUDA lines, {ta:.0f} stall samples (share %, instructions executed, top stall "
+              "reasons as % of all samples)")
+        for (fn, ln), e in sorted(a.items(), key=lambda kv: -kv[1]["samples"])[:args.top]:
+            print(f"{100 * e['samples'] / ta:5.1f}%  {fn}:{ln:<5} {e['inst']:9.3g}  {reasons(e, ta):40s}"
+                  f"  {e['src'][:90]}")
+        return
+    b = load(args.base)
+    tb = sum(e["samples"] for e in b.values()) or 1.0
+    print(f"A {ta:.0f} samples, B {tb:.0f} samples (A - B = {ta - tb:.0f}); per line: A - B as % of B's "
+          "total, A's and B's instructions executed")
+    keys = set(a) | set(b)
+    zero = {"samples": 0.0, "inst": 0.0, "stalls": {}, "src": ""}
+    d = sorted(keys, key=lambda k: -(a.get(k, zero)["samples"] - b.get(k, zero)["samples"]))
+    for k in d[:args.top]:
+        ea, eb = a.get(k, zero), b.get(k, zero)
+        src = ea["src"] or eb["src"]
+        print(f"{100 * (ea['samples'] - eb['samples']) / tb:+6.1f}%  {k[0]}:{k[1]:<5} {ea['inst']:9.3g} "
+              f"{eb['inst']:9.3g}  {reasons(ea, ta):40s}  {src[:80]}")
 
 
 if __name__ == "__main__":

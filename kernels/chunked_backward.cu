@@ -649,6 +649,8 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
           (!chan_bw || rows_aligned16(p.in.b, 2)) && (!chan_g || rows_aligned16(p.in.g, ge));
   if (const char* w = std::getenv("QEDCHECK_CHUNKED_GRADS_WARPS"); w && std::strcmp(w, "16") == 0)
     G.warps = 16;
+  if (const char* a = std::getenv("QEDCHECK_CHUNKED_GRADS_AHEAD"); a && std::strcmp(a, "0") == 0)
+    G.ahead = 0;
   G.vec_vw = rows_aligned16(p.in.v, 2) && (!chan_bw || rows_aligned16(p.in.w, 2));
   const GradOutputs& o = p.grads;
   auto out16 = [](const SeqTensorOut& t) { return rows_aligned16(t, t.dtype == DType::fp32 ? 4 : 2); };

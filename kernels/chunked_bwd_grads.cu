@@ -192,6 +192,13 @@ __device__ __forceinline__ void ld8(const SeqIn& x, int64_t brow, int64_t t, int
   }
 }
 
+// The eight bf16 values of a raw 16-byte piece, as floats.
+__device__ __forceinline__ void unpack8(const uint4& u, float* x) {
+  const bf* e = reinterpret_cast<const bf*>(&u);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] = __bfloat162float(e[j]);
+}
+
 // The query-side vector m of the QED arms (MATH.md §2) at one element: b q (full), b r (rand: r is
 // the per-head vector, read only for that arm), q (nogate, nogate_noproj).
 __device__ __forceinline__ float arm_m(int arm, float b, float q, const float* r, int i) {
@@ -237,7 +244,7 @@ __device__ __forceinline__ void row_sums(const float (&x)[NQ][4], float& r0, flo
   r1 += __shfl_xor_sync(0xffffffffu, r1, 2);
 }
 
-template <int K, int V, int NT, int W>
+template <int K, int V, int NT, int W, bool AHEAD>
 __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   constexpr int kThreads = W * 32;
   constexpr int NQ = W == 8 ? 2 : 1;    // n-tiles (8 slab channels each) per warp in step 3
@@ -376,6 +383,60 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   chunked::cp_wait<0>();
   __syncthreads();
 
+  // A slab's global inputs, loaded into registers (`pf`) one slab ahead at eight warps, so that
+  // their latency hides behind the previous slab's work (sixteen warps have no registers to
+  // spare and load at use): the S, Ŝ' pieces, and q, k, b, g of a row thread's eight channels as
+  // raw 16-byte bf16 pieces where every such row is bf16 and 16-byte aligned (`raw`; else they are
+  // read at use).
+  constexpr int F4 = V / 4, NJ = kSW * F4 / kThreads;  // F4 lanes per S row (value columns 4 (f % F4)..)
+  static_assert(kSW * F4 % kThreads == 0 && F4 <= 32, "grads_kernel: slab load");
+  constexpr bool kAhead = AHEAD && W == 8;
+  const bool raw = vec && A.q.dt == 1 && A.k.dt == 1 && (!chan_bw || A.b.dt == 1) &&
+                   (!chan_g || A.g.dt == 1);
+  const int sr = (tid >> 2) & (kC - 1), sc = 8 * (tid & 3);  // row threads: row, first channel
+  const bool rowt = tid < kBase;
+  struct SlabRegs {
+    uint4 q, k, b, g;
+    float4 s[NJ], d[NJ];
+  } pf;
+  auto issue = [&](int cb) {
+    const int64_t tt = t0 + sr;
+    if (raw && rowt && sr < n) {
+      auto at = [&](const SeqIn& x) {
+        return *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb + tt * x.st +
+                                               h * x.sh + cb + sc);
+      };
+      pf.q = at(A.q);
+      pf.k = at(A.k);
+      if (chan_bw) pf.b = at(A.b);
+      if (chan_g) pf.g = at(A.g);
+    }
+    const float4* Sg = reinterpret_cast<const float4*>(A.cs + (cht * K + cb) * V);
+    const float4* Hg = reinterpret_cast<const float4*>(G.ds + (cht * K + cb) * V);
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) pf.s[j] = Sg[tid + j * kThreads], pf.d[j] = Hg[tid + j * kThreads];
+  };
+  if constexpr (kAhead) issue(0);  // in flight through steps 1 and 2
+
+  // v and w of the dv/dw pass after step 1, loaded before its products at eight warps (raw
+  // 16-byte bf16 pieces where those rows allow: `raw_vw`; else read at use).
+  constexpr int NVW = kC * (V / 8) / kThreads;  // 16-byte pieces of a row of v per thread
+  const bool raw_vw = kAhead && G.vec_vw != 0 && A.v.dt == 1 && (!chan_bw || A.w.dt == 1);
+  uint4 pv[NVW], pw[NVW];
+  if (raw_vw) {
+#pragma unroll
+    for (int j = 0; j < NVW; ++j) {
+      const int i = tid + j * kThreads, r = i / (V / 8), c0 = (i % (V / 8)) * 8;
+      if (r >= n) continue;
+      auto at = [&](const SeqIn& x) {
+        return *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb +
+                                               (t0 + r) * x.st + h * x.sh + c0);
+      };
+      pv[j] = at(A.v);
+      if (chan_bw) pw[j] = at(A.w);
+    }
+  }
+
   // ---- 1. Ȳ = Lᵀ Ū (the chunk's Z̄): warp -> rows 16J.. of Ȳ, half of the value columns; then,
   // eight value columns of one row per thread, dv and dw (or dv and Σ_v v Z̄ for dbeta) ----
   {
@@ -415,18 +476,24 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     constexpr int PR = V / 8;  // threads per row (16 or 8: lanes of one warp)
     static_assert(kC * PR % kThreads == 0, "grads_kernel: dv/dw pass");
     const bool vvw = G.vec_vw != 0, vout = G.vec_out != 0;
-#pragma unroll 1
-    for (int i = tid; i < kC * PR; i += kThreads) {
-      const int r = i / PR, c0 = (i % PR) * 8;
+#pragma unroll
+    for (int j = 0; j < NVW; ++j) {
+      const int i = tid + j * kThreads, r = i / PR, c0 = (i % PR) * 8;
       const int64_t tt = t0 + r;
       float z[8], vv[8], o1[8], o2[8];
       Yp.get8(r, c0, z);
       float svz = 0.f;
       if (r < n) {
-        ld8(A.v, brow, tt, h, c0, vvw, vv);
+        if (raw_vw)
+          unpack8(pv[j], vv);
+        else
+          ld8(A.v, brow, tt, h, c0, vvw, vv);
         if (chan_bw) {
           float ww[8];
-          ld8(A.w, brow, tt, h, c0, vvw, ww);
+          if (raw_vw)
+            unpack8(pw[j], ww);
+          else
+            ld8(A.w, brow, tt, h, c0, vvw, ww);
 #pragma unroll
           for (int e = 0; e < 8; ++e) o1[e] = ww[e] * z[e], o2[e] = vv[e] * z[e];
           st8(A.dv, brow, tt, h, c0, vout, o1);
@@ -492,25 +559,37 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   // ---- 3. slabs of kSW key channels ----
   const int I = warp / PW, cw = 8 * NQ * (warp % PW);  // this warp's row block, first slab channel
   for (int cb = 0; cb < K; cb += kSW) {
-    // 3a. q, k, b (beta for the scalar-gate variants), raw g (all loads first); S and Ŝ' rows, ρ.
+    // 3a. q, k, b (beta for the scalar-gate variants), raw g; S and Ŝ' rows, ρ; the next slab's
+    // loads issued.
+    if constexpr (!kAhead) issue(cb);
     {
       // the first kBase threads: eight channels of one row each
-      const int r = (tid >> 2) & (kC - 1), c = 8 * (tid & 3), cg = cb + c;
-      const bool rowt = tid < kBase;
+      const int r = sr, c = sc, cg = cb + c;
       float qv[8], kv[8], bv[8], gv[8];
       const int64_t tt = t0 + r;
       if (rowt && r < n) {
-        ld8(A.q, brow, tt, h, cg, vec, qv);
-        ld8(A.k, brow, tt, h, cg, vec, kv);
+        if (raw) {
+          unpack8(pf.q, qv);
+          unpack8(pf.k, kv);
+        } else {
+          ld8(A.q, brow, tt, h, cg, vec, qv);
+          ld8(A.k, brow, tt, h, cg, vec, kv);
+        }
         if (chan_bw) {
-          ld8(A.b, brow, tt, h, cg, vec, bv);
+          if (raw)
+            unpack8(pf.b, bv);
+          else
+            ld8(A.b, brow, tt, h, cg, vec, bv);
         } else {
           const float beta = ld(A.beta, brow, tt, h, 0);
 #pragma unroll
           for (int e = 0; e < 8; ++e) bv[e] = beta;
         }
         if (chan_g) {
-          ld8(A.g, brow, tt, h, cg, vec, gv);
+          if (raw)
+            unpack8(pf.g, gv);
+          else
+            ld8(A.g, brow, tt, h, cg, vec, gv);
         } else {
           const float g0 = A.variant == kDeltanet ? 0.f : ld(A.g, brow, tt, h, 0);
 #pragma unroll
@@ -520,15 +599,6 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) qv[e] = kv[e] = bv[e] = gv[e] = 0.f;
       }
-      // S, Ŝ' rows of the slab as consecutive float4 pieces: piece f = tid + j * kThreads is
-      // channel f / F4, value columns 4 (f % F4).. (F4 = V / 4 lanes per channel).
-      constexpr int F4 = V / 4, NJ = kSW * F4 / kThreads;
-      static_assert(kSW * F4 % kThreads == 0 && F4 <= 32, "grads_kernel: slab load");
-      const float4* Sg = reinterpret_cast<const float4*>(A.cs + (cht * K + cb) * V);
-      const float4* Hg = reinterpret_cast<const float4*>(G.ds + (cht * K + cb) * V);
-      float4 xs[NJ], xh[NJ];
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) xs[j] = Sg[tid + j * kThreads], xh[j] = Hg[tid + j * kThreads];
       if (rowt) {
         uint4 pq, pk, pb;
         bf* eq = reinterpret_cast<bf*>(&pq);
@@ -564,7 +634,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
         const int f = tid + j * kThreads, ch = f / F4, v0 = 4 * (f % F4);
-        const float4 x = xs[j], y = xh[j];
+        const float4 x = pf.s[j], y = pf.d[j];
         Ss.put2(ch, v0, x.x, x.y);
         Ss.put2(ch, v0 + 2, x.z, x.w);
         Shp.put2(ch, v0, y.x, y.y);
@@ -574,6 +644,9 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
         for (int o = 1; o < F4; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (f % F4 == 0) rho[ch] = A.mutant == kMutantNoDecayRho ? 0.f : acc;
       }
+    }
+    if constexpr (kAhead) {
+      if (cb + kSW < K) issue(cb + kSW);
     }
     __syncthreads();
     if (tid < kBase) {  // in-chunk cumulative log2-decay (rows past the chunk: g = 0); eight
@@ -862,13 +935,15 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) x[e] = OT[k * OTS + r * XP + c0 + e];
         };
-        if (qed) {
+        if (qed) {  // fp32 rows: channels 4p.. and 16 + 4p.. (p = tid & 3), so that each store
+                    // instruction of a row's four threads covers 64 contiguous bytes
+          const int p4 = 4 * (tid & 3);
 #pragma unroll
           for (int k = 0; k < 3; ++k) {
-            tile(k);
-            float4* d = reinterpret_cast<float4*>(A.tok_k + k * BTHK + tokk(r) + cg);
-            d[0] = make_float4(x[0], x[1], x[2], x[3]);
-            d[1] = make_float4(x[4], x[5], x[6], x[7]);
+            const float* o = OT + k * OTS + r * XP + p4;
+            float* d = A.tok_k + k * BTHK + tokk(r) + cb + p4;
+            *reinterpret_cast<float4*>(d) = make_float4(o[0], o[1], o[2], o[3]);
+            *reinterpret_cast<float4*>(d + 16) = make_float4(o[16], o[17], o[18], o[19]);
           }
         } else {
           tile(0);
@@ -956,12 +1031,12 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   }
 }
 
-template <int K, int V, int W>
+template <int K, int V, int W, bool AHEAD>
 cudaError_t launch_w(const GradArgs& G, int64_t chunks, cudaStream_t st) {
   using Z = GradSmem<K, V, 2, W>;
   static_assert(Z::total <= 227 * 1024, "grads_kernel: shared memory over the per-block limit");
   constexpr int kThreads = W * 32;
-  auto kern = grads_kernel<K, V, 2, W>;
+  auto kern = grads_kernel<K, V, 2, W, AHEAD>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
   if (e != cudaSuccess) return e;
   if (chunks == 0 || G.b.H == 0) return cudaSuccess;
@@ -972,7 +1047,8 @@ cudaError_t launch_w(const GradArgs& G, int64_t chunks, cudaStream_t st) {
 
 template <int K, int V>
 cudaError_t launch_t(const GradArgs& G, int64_t chunks, cudaStream_t st) {
-  return G.warps == 16 ? launch_w<K, V, 16>(G, chunks, st) : launch_w<K, V, 8>(G, chunks, st);
+  if (G.warps == 16) return launch_w<K, V, 16, false>(G, chunks, st);
+  return G.ahead ? launch_w<K, V, 8, true>(G, chunks, st) : launch_w<K, V, 8, false>(G, chunks, st);
 }
 
 }  // namespace

@@ -23,6 +23,8 @@ struct GradArgs {
   int vec_vw = 0;               // rows of v and w (where given) likewise
   int vec_out = 0;              // rows of dq dk dv dg db dw (where given) may be written so
   int warps = 8;                // warps per block: 8 or 16 (QEDCHECK_CHUNKED_GRADS_WARPS)
+  int ahead = 1;                // eight warps: load a slab's inputs one slab ahead (timing knob:
+                                // QEDCHECK_CHUNKED_GRADS_AHEAD=0 loads them at use)
 };
 
 // bf16 inputs, K and V in {64, 128}; one block per (chunk slot, head).
