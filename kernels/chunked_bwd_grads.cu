@@ -249,6 +249,8 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   constexpr int kThreads = W * 32;
   constexpr int NQ = W == 8 ? 2 : 1;    // n-tiles (8 slab channels each) per warp in step 3
   constexpr int PW = kSW / (8 * NQ);    // warps per row block in step 3
+  // eight warps load global inputs early into registers (sixteen have none to spare): see `issue`
+  constexpr bool kAhead = AHEAD && W == 8;
   using Z = GradSmem<K, V, NT, W>;
   using O = typename Z::O;
   using UP = typename Z::UP;
@@ -306,8 +308,19 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   auto tokk = [&](int r) { return ((brow * A.T) + t0 + r) * HK + h * K; };
   auto item = [&](int r) { return (brow * A.T + t0 + r) * A.H + h; };
 
+  // q, k, b, g rows may be read as raw 16-byte bf16 pieces and converted at use (all bf16, aligned)
+  const bool raw = vec && A.q.dt == 1 && A.k.dt == 1 && (!chan_bw || A.b.dt == 1) &&
+                   (!chan_g || A.g.dt == 1);
+  auto raw8 = [&](const SeqIn& x, int r, int c0) {  // eight bf16 values of row r as one piece
+    return *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb +
+                                           (t0 + r) * x.st + h * x.sh + c0);
+  };
+
   // ---- staging: Ō (cp.async when aligned), U, Ū, L (all loads first); T̄, M̄ zeroed; per token
   // the projection coefficient and k.k (QED) and zeroed sums ----
+  constexpr int NPJ = K / 32;  // pieces of a projection row per row thread
+  const bool praw = kAhead && projected && raw && tid < kBase && (tid >> 2) < n;
+  uint4 pjk[NPJ], pjb[NPJ], pjq[NPJ];
   {
     constexpr int PR = V / 8;  // 16-byte pieces per row of do
     const bf* dp = static_cast<const bf*>(A.dout.p);
@@ -334,6 +347,15 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     for (int j = 0; j < NU4; ++j) xu[j] = u4[tid + j * kThreads], xb[j] = ub4[tid + j * kThreads];
 #pragma unroll
     for (int j = 0; j < NL4; ++j) xl[j] = l4[tid + j * kThreads];
+    // QED's projection: k, b, q of the row thread's channels 8 part + 32 j as raw pieces, in
+    // flight with the loads above (`praw`; else read below)
+    if (praw) {
+#pragma unroll
+      for (int j = 0; j < NPJ; ++j) {
+        const int c0 = 8 * (tid & 3) + 32 * j;
+        pjk[j] = raw8(A.k, tid >> 2, c0), pjb[j] = raw8(A.b, tid >> 2, c0), pjq[j] = raw8(A.q, tid >> 2, c0);
+      }
+    }
 #pragma unroll
     for (int j = 0; j < NU4; ++j) {
       const int i = 4 * (tid + j * kThreads), r = i / V, v = i % V;
@@ -357,11 +379,18 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     float nn = 0.f, km = 0.f;
     if (projected && r < n) {
 #pragma unroll
-      for (int c0 = 8 * part; c0 < K; c0 += 32) {
+      for (int j = 0; j < NPJ; ++j) {
+        const int c0 = 8 * part + 32 * j;
         float kk[8], bb[8], qq[8];
-        ld8(A.k, brow, t0 + r, h, c0, vec, kk);
-        ld8(A.b, brow, t0 + r, h, c0, vec, bb);
-        ld8(A.q, brow, t0 + r, h, c0, vec, qq);
+        if (praw) {
+          unpack8(pjk[j], kk);
+          unpack8(pjb[j], bb);
+          unpack8(pjq[j], qq);
+        } else {
+          ld8(A.k, brow, t0 + r, h, c0, vec, kk);
+          ld8(A.b, brow, t0 + r, h, c0, vec, bb);
+          ld8(A.q, brow, t0 + r, h, c0, vec, qq);
+        }
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           const float m = arm_m(A.arm, bb[e], qq[e], A.r, h * K + c0 + e);
@@ -390,9 +419,6 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   // read at use).
   constexpr int F4 = V / 4, NJ = kSW * F4 / kThreads;  // F4 lanes per S row (value columns 4 (f % F4)..)
   static_assert(kSW * F4 % kThreads == 0 && F4 <= 32, "grads_kernel: slab load");
-  constexpr bool kAhead = AHEAD && W == 8;
-  const bool raw = vec && A.q.dt == 1 && A.k.dt == 1 && (!chan_bw || A.b.dt == 1) &&
-                   (!chan_g || A.g.dt == 1);
   const int sr = (tid >> 2) & (kC - 1), sc = 8 * (tid & 3);  // row threads: row, first channel
   const bool rowt = tid < kBase;
   struct SlabRegs {
@@ -400,16 +426,11 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     float4 s[NJ], d[NJ];
   } pf;
   auto issue = [&](int cb) {
-    const int64_t tt = t0 + sr;
     if (raw && rowt && sr < n) {
-      auto at = [&](const SeqIn& x) {
-        return *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb + tt * x.st +
-                                               h * x.sh + cb + sc);
-      };
-      pf.q = at(A.q);
-      pf.k = at(A.k);
-      if (chan_bw) pf.b = at(A.b);
-      if (chan_g) pf.g = at(A.g);
+      pf.q = raw8(A.q, sr, cb + sc);
+      pf.k = raw8(A.k, sr, cb + sc);
+      if (chan_bw) pf.b = raw8(A.b, sr, cb + sc);
+      if (chan_g) pf.g = raw8(A.g, sr, cb + sc);
     }
     const float4* Sg = reinterpret_cast<const float4*>(A.cs + (cht * K + cb) * V);
     const float4* Hg = reinterpret_cast<const float4*>(G.ds + (cht * K + cb) * V);
@@ -428,12 +449,8 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     for (int j = 0; j < NVW; ++j) {
       const int i = tid + j * kThreads, r = i / (V / 8), c0 = (i % (V / 8)) * 8;
       if (r >= n) continue;
-      auto at = [&](const SeqIn& x) {
-        return *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb +
-                                               (t0 + r) * x.st + h * x.sh + c0);
-      };
-      pv[j] = at(A.v);
-      if (chan_bw) pw[j] = at(A.w);
+      pv[j] = raw8(A.v, r, c0);
+      if (chan_bw) pw[j] = raw8(A.w, r, c0);
     }
   }
 
@@ -976,22 +993,18 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     // of one row per item, every load of an item (ā, q̄, k̄ from tok_k; k, b, q) issued together
     constexpr int GR = K / 8;  // items per row
     const bool vin = G.vec != 0, vout = G.vec_out != 0;
-    for (int i = tid; i < n * GR; i += kThreads) {
+    auto ld8f = [&](const float* src, float* x) {
+      const float4 u0 = reinterpret_cast<const float4*>(src)[0];
+      const float4 u1 = reinterpret_cast<const float4*>(src)[1];
+      x[0] = u0.x, x[1] = u0.y, x[2] = u0.z, x[3] = u0.w;
+      x[4] = u1.x, x[5] = u1.y, x[6] = u1.z, x[7] = u1.w;
+    };
+    // item i: row i / GR, channels 8 (i % GR)..; UF items per thread at a time, loads first
+    constexpr int UF = kAhead ? 2 : 1;
+    auto finish = [&](int i, const float* ab, const float* qf, const float* kf, const float* kk,
+                      const float* bb, const float* qq) {
       const int r = i / GR, c0 = 8 * (i % GR);
-      const int64_t tt = t0 + r, o = tokk(r) + c0;
-      float ab[8], qf[8], kf[8], kk[8], bb[8], qq[8];
-      auto ld8f = [&](const float* src, float* x) {
-        const float4 u0 = reinterpret_cast<const float4*>(src)[0];
-        const float4 u1 = reinterpret_cast<const float4*>(src)[1];
-        x[0] = u0.x, x[1] = u0.y, x[2] = u0.z, x[3] = u0.w;
-        x[4] = u1.x, x[5] = u1.y, x[6] = u1.z, x[7] = u1.w;
-      };
-      ld8f(A.tok_k + o, ab);
-      ld8f(A.tok_k + BTHK + o, qf);
-      ld8f(A.tok_k + 2 * BTHK + o, kf);
-      ld8(A.k, brow, tt, h, c0, vin, kk);
-      ld8(A.b, brow, tt, h, c0, vin, bb);
-      ld8(A.q, brow, tt, h, c0, vin, qq);
+      const int64_t tt = t0 + r;
       const float nn = nnr[r], f = coef[r], en = nn > 0.f ? tot[r] / nn : 0.f;
       float dq[8], dk[8], db[8], dr[8];
 #pragma unroll
@@ -1027,6 +1040,27 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
       st8(A.dq, brow, tt, h, c0, vout, dq);
       st8(A.dk, brow, tt, h, c0, vout, dk);
       st8(A.db, brow, tt, h, c0, vout, db);
+    };
+    for (int i0 = tid; i0 < n * GR; i0 += UF * kThreads) {
+      float ab[UF][8], qf[UF][8], kf[UF][8], kk[UF][8], bb[UF][8], qq[UF][8];
+#pragma unroll
+      for (int u = 0; u < UF; ++u) {
+        const int i = i0 + u * kThreads;
+        if (i >= n * GR) break;
+        const int r = i / GR, c0 = 8 * (i % GR);
+        const int64_t tt = t0 + r, o = tokk(r) + c0;
+        ld8f(A.tok_k + o, ab[u]);
+        ld8f(A.tok_k + BTHK + o, qf[u]);
+        ld8f(A.tok_k + 2 * BTHK + o, kf[u]);
+        ld8(A.k, brow, tt, h, c0, vin, kk[u]);
+        ld8(A.b, brow, tt, h, c0, vin, bb[u]);
+        ld8(A.q, brow, tt, h, c0, vin, qq[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < UF; ++u) {
+        const int i = i0 + u * kThreads;
+        if (i < n * GR) finish(i, ab[u], qf[u], kf[u], kk[u], bb[u], qq[u]);
+      }
     }
   }
 }
