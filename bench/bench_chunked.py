@@ -731,10 +731,12 @@ def backward_phases(lib, log, impls=("v2",), configs=("8", "16")):
     """The backward cut after each of its passes (QEDCHECK_CHUNKED_BWD_STOP=k), GDN-2 and QED
     (full arm) at [8,4096,16,128] bf16, for each pipeline (QEDCHECK_CHUNKED_BWD_IMPL) and, for v2,
     each gradient-pass configuration of `configs`: "8" (eight warps, the default), "16" (sixteen
-    warps), "8late" (eight warps loading each slab's inputs at use, QEDCHECK_CHUNKED_GRADS_AHEAD=0).
+    warps), "8late" (eight warps loading each slab's inputs at use, QEDCHECK_CHUNKED_GRADS_AHEAD=0),
+    "8general" (eight warps, the kernel for any input layout, QEDCHECK_CHUNKED_GRADS_RAW=0).
     Each pass's cost is the difference of neighbouring cuts."""
     knobs = {"8": {}, "16": {"QEDCHECK_CHUNKED_GRADS_WARPS": "16"},
-             "8late": {"QEDCHECK_CHUNKED_GRADS_AHEAD": "0"}}
+             "8late": {"QEDCHECK_CHUNKED_GRADS_AHEAD": "0"},
+             "8general": {"QEDCHECK_CHUNKED_GRADS_RAW": "0"}}
     names = {"v2": ["recompute forward (+ U, backward blobs)", "reverse sweep", "gradients + token VJP"],
              "v1": ["recompute forward", "prep", "reverse state sweep", "chunk (decay factors)", "token VJP"]}
     B, T, H, D = 8, 4096, 16, 128
@@ -787,7 +789,7 @@ def main():
     ap.add_argument("--only", default="diag,check,accuracy,timing,bwdcheck,bwdtiming")
     ap.add_argument("--shapes", default="1,2,3", help="forward timing shapes, 1-based (default all three)")
     ap.add_argument("--phase-configs", default="8,16",
-                    help="bwdphases: gradient-pass configurations, of 8, 16, 8late (see backward_phases)")
+                    help="bwdphases: gradient-pass configurations, of 8, 16, 8late, 8general (see backward_phases)")
     ap.add_argument("--lean", action="store_true", help="forward timing: the default rows only")
     args = ap.parse_args()
     try:

@@ -15,7 +15,9 @@ OUT=${OUT:-.}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PATH=/usr/local/cuda/bin:$PATH
 rep=/tmp/$NAME
-timeout "${QED_NCU_BUDGET:-120}" ncu --clock-control none -k "regex:$KREGEX" -s 1 -c 1 --set full \
+# QED_NCU_SECTIONS="--section A --section B" profiles those sections instead of --set full
+read -r -a sections <<<"${QED_NCU_SECTIONS:---set full}"
+timeout "${QED_NCU_BUDGET:-120}" ncu --clock-control none -k "regex:$KREGEX" -s 1 -c 1 "${sections[@]}" \
   --import-source yes -f -o "$rep" python3 "$ROOT/bench/profile_chunked.py" --lib-dir "$BUILD" \
   --shape "$SHAPE" --variant "$VARIANT" "$@" >"$OUT/$NAME.log" 2>&1
 echo "ncu $NAME rc=$?"

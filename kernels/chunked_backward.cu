@@ -656,6 +656,11 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
   auto out16 = [](const SeqTensorOut& t) { return rows_aligned16(t, t.dtype == DType::fp32 ? 4 : 2); };
   G.vec_out = out16(o.dq) && out16(o.dk) && out16(o.dv) && (!chan_g || out16(o.dg)) &&
               (!chan_bw || (out16(o.db) && out16(o.dw)));
+  auto b16 = [](const auto& t) { return t.dtype == DType::bf16; };
+  G.raw = G.vec && G.vec_vw && G.vec_out && b16(p.in.q) && b16(p.in.k) && b16(p.in.v) && b16(p.do_) &&
+          (!chan_bw || (b16(p.in.b) && b16(p.in.w))) && (!chan_g || b16(p.in.g));
+  if (const char* r = std::getenv("QEDCHECK_CHUNKED_GRADS_RAW"); r && std::strcmp(r, "0") == 0)
+    G.raw = 0;  // timing knob: the general kernel
   return cb::launch_grads(G, L.bound, st);
 }
 

@@ -226,6 +226,39 @@ __device__ __forceinline__ void st8(const SeqOut& x, int64_t brow, int64_t t, in
   }
 }
 
+// ld8 and st8 for a kernel that knows its rows' layout (RAW: bf16 inputs, 16-byte aligned input and
+// output rows): only the 16-byte paths are compiled in, which keeps the kernel's code small.
+template <bool RAW>
+__device__ __forceinline__ void ld8x(const SeqIn& x, int64_t brow, int64_t t, int64_t h, int c0,
+                                     bool vec, float* o) {
+  if constexpr (RAW)
+    unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb + t * x.st +
+                                            h * x.sh + c0),
+            o);
+  else
+    ld8(x, brow, t, h, c0, vec, o);
+}
+template <bool RAW>
+__device__ __forceinline__ void st8x(const SeqOut& x, int64_t brow, int64_t t, int64_t h, int c0,
+                                     bool vec, const float* v) {
+  if constexpr (RAW) {
+    const int64_t i = brow * x.sb + t * x.st + h * x.sh + c0;
+    if (x.dt == 1) {  // the hardware's round to nearest even: float_to_bf16's bits for non-NaN values
+      uint4 u;
+      __nv_bfloat162* e = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) e[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+      *reinterpret_cast<uint4*>(static_cast<bf*>(x.p) + i) = u;
+    } else {
+      float4* d = reinterpret_cast<float4*>(static_cast<float*>(x.p) + i);
+      d[0] = make_float4(v[0], v[1], v[2], v[3]);
+      d[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  } else {
+    st8(x, brow, t, h, c0, vec, v);
+  }
+}
+
 // A row reduction over the 8 NQ channels a warp holds in its accumulator layout (NQ n-tiles, lane
 // columns 2t, 2t+1): x[q][e] summed over q and e & 1, then over the four lanes t; lanes t = 0 end
 // with rows g (hr = 0) and g + 8 (hr = 1). Fixed order: deterministic.
@@ -244,7 +277,7 @@ __device__ __forceinline__ void row_sums(const float (&x)[NQ][4], float& r0, flo
   r1 += __shfl_xor_sync(0xffffffffu, r1, 2);
 }
 
-template <int K, int V, int NT, int W, bool AHEAD>
+template <int K, int V, int NT, int W, bool AHEAD, bool RAW>
 __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   constexpr int kThreads = W * 32;
   constexpr int NQ = W == 8 ? 2 : 1;    // n-tiles (8 slab channels each) per warp in step 3
@@ -274,7 +307,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   const bool chan_bw = A.variant == kGdn2 || qed;
   const bool chan_g = chan_bw || A.variant == kKda;
   const float lam = qed ? A.lambda[h] : 0.f;
-  const bool vec = G.vec != 0;
+  const bool vec = RAW || G.vec != 0;
 
   const O Ob{reinterpret_cast<bf*>(sm + Z::oO)};
   const UP Up{reinterpret_cast<bf*>(sm + Z::oU)};
@@ -308,9 +341,10 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   auto tokk = [&](int r) { return ((brow * A.T) + t0 + r) * HK + h * K; };
   auto item = [&](int r) { return (brow * A.T + t0 + r) * A.H + h; };
 
-  // q, k, b, g rows may be read as raw 16-byte bf16 pieces and converted at use (all bf16, aligned)
-  const bool raw = vec && A.q.dt == 1 && A.k.dt == 1 && (!chan_bw || A.b.dt == 1) &&
-                   (!chan_g || A.g.dt == 1);
+  // RAW (the host's G.raw): every input row bf16 and 16-byte aligned, every output row aligned; rows
+  // of q, k, b, g, v, w are then read as raw 16-byte pieces and converted at use, and the kernel
+  // has no code for other layouts
+  constexpr bool raw = RAW;
   auto raw8 = [&](const SeqIn& x, int r, int c0) {  // eight bf16 values of row r as one piece
     return *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb +
                                            (t0 + r) * x.st + h * x.sh + c0);
@@ -387,9 +421,9 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
           unpack8(pjb[j], bb);
           unpack8(pjq[j], qq);
         } else {
-          ld8(A.k, brow, t0 + r, h, c0, vec, kk);
-          ld8(A.b, brow, t0 + r, h, c0, vec, bb);
-          ld8(A.q, brow, t0 + r, h, c0, vec, qq);
+          ld8x<RAW>(A.k, brow, t0 + r, h, c0, vec, kk);
+          ld8x<RAW>(A.b, brow, t0 + r, h, c0, vec, bb);
+          ld8x<RAW>(A.q, brow, t0 + r, h, c0, vec, qq);
         }
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
@@ -442,7 +476,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   // v and w of the dv/dw pass after step 1, loaded before its products at eight warps (raw
   // 16-byte bf16 pieces where those rows allow: `raw_vw`; else read at use).
   constexpr int NVW = kC * (V / 8) / kThreads;  // 16-byte pieces of a row of v per thread
-  const bool raw_vw = kAhead && G.vec_vw != 0 && A.v.dt == 1 && (!chan_bw || A.w.dt == 1);
+  constexpr bool raw_vw = kAhead && RAW;
   uint4 pv[NVW], pw[NVW];
   if (raw_vw) {
 #pragma unroll
@@ -492,7 +526,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   {
     constexpr int PR = V / 8;  // threads per row (16 or 8: lanes of one warp)
     static_assert(kC * PR % kThreads == 0, "grads_kernel: dv/dw pass");
-    const bool vvw = G.vec_vw != 0, vout = G.vec_out != 0;
+    const bool vvw = RAW || G.vec_vw != 0, vout = RAW || G.vec_out != 0;
 #pragma unroll
     for (int j = 0; j < NVW; ++j) {
       const int i = tid + j * kThreads, r = i / PR, c0 = (i % PR) * 8;
@@ -504,22 +538,22 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
         if (raw_vw)
           unpack8(pv[j], vv);
         else
-          ld8(A.v, brow, tt, h, c0, vvw, vv);
+          ld8x<RAW>(A.v, brow, tt, h, c0, vvw, vv);
         if (chan_bw) {
           float ww[8];
           if (raw_vw)
             unpack8(pw[j], ww);
           else
-            ld8(A.w, brow, tt, h, c0, vvw, ww);
+            ld8x<RAW>(A.w, brow, tt, h, c0, vvw, ww);
 #pragma unroll
           for (int e = 0; e < 8; ++e) o1[e] = ww[e] * z[e], o2[e] = vv[e] * z[e];
-          st8(A.dv, brow, tt, h, c0, vout, o1);
-          st8(A.dw, brow, tt, h, c0, vout, o2);
+          st8x<RAW>(A.dv, brow, tt, h, c0, vout, o1);
+          st8x<RAW>(A.dw, brow, tt, h, c0, vout, o2);
         } else {
           const float beta = ld(A.beta, brow, tt, h, 0);
 #pragma unroll
           for (int e = 0; e < 8; ++e) o1[e] = beta * z[e], svz = fmaf(vv[e], z[e], svz);
-          st8(A.dv, brow, tt, h, c0, vout, o1);
+          st8x<RAW>(A.dv, brow, tt, h, c0, vout, o1);
         }
       }
       if (!chan_bw) {  // Σ_v v Z̄ over the row's PR threads, in a fixed order
@@ -589,14 +623,14 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
           unpack8(pf.q, qv);
           unpack8(pf.k, kv);
         } else {
-          ld8(A.q, brow, tt, h, cg, vec, qv);
-          ld8(A.k, brow, tt, h, cg, vec, kv);
+          ld8x<RAW>(A.q, brow, tt, h, cg, vec, qv);
+          ld8x<RAW>(A.k, brow, tt, h, cg, vec, kv);
         }
         if (chan_bw) {
           if (raw)
             unpack8(pf.b, bv);
           else
-            ld8(A.b, brow, tt, h, cg, vec, bv);
+            ld8x<RAW>(A.b, brow, tt, h, cg, vec, bv);
         } else {
           const float beta = ld(A.beta, brow, tt, h, 0);
 #pragma unroll
@@ -606,7 +640,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
           if (raw)
             unpack8(pf.g, gv);
           else
-            ld8(A.g, brow, tt, h, cg, vec, gv);
+            ld8x<RAW>(A.g, brow, tt, h, cg, vec, gv);
         } else {
           const float g0 = A.variant == kDeltanet ? 0.f : ld(A.g, brow, tt, h, 0);
 #pragma unroll
@@ -945,7 +979,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
       static_assert(kC * (kSW / 8) == kBase, "grads_kernel: output pass");
       const int r = (tid >> 2) & (kC - 1), c0 = 8 * (tid & 3);
       const int64_t tt = t0 + r, cg = cb + c0;
-      const bool vout = G.vec_out != 0;
+      const bool vout = RAW || G.vec_out != 0;
       if (tid < kBase && r < n) {
         float x[8];
         auto tile = [&](int k) {
@@ -964,17 +998,17 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
           }
         } else {
           tile(0);
-          st8(A.dq, brow, tt, h, static_cast<int>(cg), vout, x);
+          st8x<RAW>(A.dq, brow, tt, h, static_cast<int>(cg), vout, x);
           tile(1);
-          st8(A.dk, brow, tt, h, static_cast<int>(cg), vout, x);
+          st8x<RAW>(A.dk, brow, tt, h, static_cast<int>(cg), vout, x);
           if (chan_bw) {
             tile(2);
-            st8(A.db, brow, tt, h, static_cast<int>(cg), vout, x);
+            st8x<RAW>(A.db, brow, tt, h, static_cast<int>(cg), vout, x);
           }
         }
         if (chan_g) {
           tile(3);
-          st8(A.dg, brow, tt, h, static_cast<int>(cg), vout, x);
+          st8x<RAW>(A.dg, brow, tt, h, static_cast<int>(cg), vout, x);
         }
       }
     }
@@ -992,7 +1026,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   if (qed) {  // MATH.md §5.2, as token_item (chunked_backward_tile.hpp) has it: eight channels
     // of one row per item, every load of an item (ā, q̄, k̄ from tok_k; k, b, q) issued together
     constexpr int GR = K / 8;  // items per row
-    const bool vin = G.vec != 0, vout = G.vec_out != 0;
+    const bool vin = RAW || G.vec != 0, vout = RAW || G.vec_out != 0;
     auto ld8f = [&](const float* src, float* x) {
       const float4 u0 = reinterpret_cast<const float4*>(src)[0];
       const float4 u1 = reinterpret_cast<const float4*>(src)[1];
@@ -1037,9 +1071,9 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
         d[0] = make_float4(dr[0], dr[1], dr[2], dr[3]);
         d[1] = make_float4(dr[4], dr[5], dr[6], dr[7]);
       }
-      st8(A.dq, brow, tt, h, c0, vout, dq);
-      st8(A.dk, brow, tt, h, c0, vout, dk);
-      st8(A.db, brow, tt, h, c0, vout, db);
+      st8x<RAW>(A.dq, brow, tt, h, c0, vout, dq);
+      st8x<RAW>(A.dk, brow, tt, h, c0, vout, dk);
+      st8x<RAW>(A.db, brow, tt, h, c0, vout, db);
     };
     for (int i0 = tid; i0 < n * GR; i0 += UF * kThreads) {
       float ab[UF][8], qf[UF][8], kf[UF][8], kk[UF][8], bb[UF][8], qq[UF][8];
@@ -1052,9 +1086,9 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
         ld8f(A.tok_k + o, ab[u]);
         ld8f(A.tok_k + BTHK + o, qf[u]);
         ld8f(A.tok_k + 2 * BTHK + o, kf[u]);
-        ld8(A.k, brow, tt, h, c0, vin, kk[u]);
-        ld8(A.b, brow, tt, h, c0, vin, bb[u]);
-        ld8(A.q, brow, tt, h, c0, vin, qq[u]);
+        ld8x<RAW>(A.k, brow, tt, h, c0, vin, kk[u]);
+        ld8x<RAW>(A.b, brow, tt, h, c0, vin, bb[u]);
+        ld8x<RAW>(A.q, brow, tt, h, c0, vin, qq[u]);
       }
 #pragma unroll
       for (int u = 0; u < UF; ++u) {
@@ -1065,12 +1099,12 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   }
 }
 
-template <int K, int V, int W, bool AHEAD>
+template <int K, int V, int W, bool AHEAD, bool RAW>
 cudaError_t launch_w(const GradArgs& G, int64_t chunks, cudaStream_t st) {
   using Z = GradSmem<K, V, 2, W>;
   static_assert(Z::total <= 227 * 1024, "grads_kernel: shared memory over the per-block limit");
   constexpr int kThreads = W * 32;
-  auto kern = grads_kernel<K, V, 2, W, AHEAD>;
+  auto kern = grads_kernel<K, V, 2, W, AHEAD, RAW>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
   if (e != cudaSuccess) return e;
   if (chunks == 0 || G.b.H == 0) return cudaSuccess;
@@ -1081,8 +1115,11 @@ cudaError_t launch_w(const GradArgs& G, int64_t chunks, cudaStream_t st) {
 
 template <int K, int V>
 cudaError_t launch_t(const GradArgs& G, int64_t chunks, cudaStream_t st) {
-  if (G.warps == 16) return launch_w<K, V, 16, false>(G, chunks, st);
-  return G.ahead ? launch_w<K, V, 8, true>(G, chunks, st) : launch_w<K, V, 8, false>(G, chunks, st);
+  // sixteen warps, or inputs or outputs in other layouts: the general kernel; else the RAW one
+  // (loading ahead unless QEDCHECK_CHUNKED_GRADS_AHEAD=0)
+  if (G.warps == 16) return launch_w<K, V, 16, false, false>(G, chunks, st);
+  if (!G.raw) return launch_w<K, V, 8, false, false>(G, chunks, st);
+  return G.ahead ? launch_w<K, V, 8, true, true>(G, chunks, st) : launch_w<K, V, 8, false, true>(G, chunks, st);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ struct GradArgs {
   int vec_vw = 0;               // rows of v and w (where given) likewise
   int vec_out = 0;              // rows of dq dk dv dg db dw (where given) may be written so
   int warps = 8;                // warps per block: 8 or 16 (QEDCHECK_CHUNKED_GRADS_WARPS)
+  int raw = 0;                  // every input row bf16 and 16-byte aligned (q k v b w g do), every
+                                // output row aligned: the kernel without the other layouts' code
+                                // (QEDCHECK_CHUNKED_GRADS_RAW=0 turns it off, for timing)
   int ahead = 1;                // eight warps: load a slab's inputs one slab ahead (timing knob:
                                 // QEDCHECK_CHUNKED_GRADS_AHEAD=0 loads them at use)
 };
