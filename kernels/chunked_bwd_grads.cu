@@ -16,6 +16,11 @@
 // the bf16 inputs q, k, do need one) and reach the tensor cores through ldmatrix, in either
 // orientation; products are mma m16n8k16 with fp32 accumulation (chunked_common.cuh: mma_split).
 // bf16 inputs only: fp32 inputs take the fp32 CUDA-core path of chunked_backward.cu.
+// Instances (launch_t): RAW (every input row bf16 and 16-byte aligned, output rows aligned) on
+// eight warps, with each slab's global inputs loaded into registers one slab ahead; and the general
+// kernel for any other layout or for sixteen warps. The RAW instance leaves the other layouts'
+// code out on purpose: at one block per multiprocessor a larger kernel stalls on instruction fetch
+// (reports/device/chunked.md runs 15-16; bench/kernel_sizes.sh prints the sizes).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -527,7 +532,8 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     constexpr int PR = V / 8;  // threads per row (16 or 8: lanes of one warp)
     static_assert(kC * PR % kThreads == 0, "grads_kernel: dv/dw pass");
     const bool vvw = RAW || G.vec_vw != 0, vout = RAW || G.vec_out != 0;
-#pragma unroll
+    constexpr int UVW = raw_vw ? NVW : 1;  // unrolled only where pv, pw are indexed
+#pragma unroll UVW
     for (int j = 0; j < NVW; ++j) {
       const int i = tid + j * kThreads, r = i / PR, c0 = (i % PR) * 8;
       const int64_t tt = t0 + r;
