@@ -669,8 +669,10 @@ def peer_fwd_bwd(x, do):
     return leaves
 
 
-def timings_backward(lib, log, quick, have_peer):
+def timings_backward(lib, log, quick, have_peer, pick=None):
     shapes = [(8, 4096, 16, 128), (2, 16384, 16, 128), (1, 65536, 8, 128)]
+    if pick:
+        shapes = [shapes[i - 1] for i in pick]
     if quick:
         shapes = [(2, 4096, 16, 128)]
     rows = []
@@ -787,7 +789,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--only", default="diag,check,accuracy,timing,bwdcheck,bwdtiming")
-    ap.add_argument("--shapes", default="1,2,3", help="forward timing shapes, 1-based (default all three)")
+    ap.add_argument("--shapes", default="1,2,3", help="timing shapes of the forward and of forward + backward, 1-based (default all three)")
     ap.add_argument("--phase-configs", default="8,16",
                     help="bwdphases: gradient-pass configurations, of 8, 16, 8late, 8general (see backward_phases)")
     ap.add_argument("--lean", action="store_true", help="forward timing: the default rows only")
@@ -839,7 +841,7 @@ def main():
             log(f"[timing] FAILED: {e!r}")
     if "bwdtiming" in only:
         try:
-            res["bwdtiming"] = timings_backward(lib, log, args.quick, have_peer)
+            res["bwdtiming"] = timings_backward(lib, log, args.quick, have_peer, pick)
         except Exception as e:  # noqa: BLE001
             log(f"[bwdtiming] FAILED: {e!r}")
     if "bwdpeer" in only and have_peer:
