@@ -23,5 +23,5 @@ timeout "${QED_NCU_BUDGET:-120}" ncu --clock-control none -k "regex:$KREGEX" -s 
 echo "ncu $NAME rc=$?"
 ncu -i "$rep.ncu-rep" --page details >"$OUT/$NAME.txt" 2>&1
 ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda,sass 2>/dev/null | gzip >"$OUT/${NAME}_source.csv.gz"
-python3 "$ROOT/bench/ncu_hot_lines.py" <(zcat "$OUT/${NAME}_source.csv.gz") --top 40 >"$OUT/${NAME}_hot.txt" 2>&1
+python3 "$ROOT/bench/ncu_hot_lines.py" "$OUT/${NAME}_source.csv.gz" --top 40 >"$OUT/${NAME}_hot.txt" 2>&1
 grep -E "Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$OUT/$NAME.txt" | head -12

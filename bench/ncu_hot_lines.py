@@ -8,6 +8,11 @@ stall samples, with their share, instructions executed and the largest stall rea
   ncu_hot_lines.py A.csv [--top 40]             the hottest lines of A
   ncu_hot_lines.py A.csv --base B.csv [--top 40] lines sorted by samples(A) - samples(B): where A
                                                  spends what B does not (same kernel binary)
+  ncu_hot_lines.py A.csv [B.csv ...] --file chunked_bwd_grads.cu --regions "staging:300-490,3a:610-728"
+      samples, instruction-fetch and long-scoreboard stalls and executed instructions per region of
+      FILE's lines. Inlined helpers (other files, or FILE's lines outside every region) have no line
+      of the kernel body, so each SASS instruction is charged to the region of the nearest
+      instruction before it, in address order, that has one.
 Not a benchmark itself."""
 import argparse
 import csv
@@ -63,6 +68,65 @@ def head_skip(r):
     return ()
 
 
+def load_sass(path):
+    """[(address, file, line, samples, no_inst, long_sb, executed)] of every SASS row, by address."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
+        rows = list(csv.reader(f))
+    cur, line, col, out = "?", None, None, []
+    for r in rows:
+        if not r or r[0] == "Function Name":
+            continue
+        if r[0] == "File Path":
+            cur = os.path.basename(r[1]) if len(r) > 1 else "?"
+            continue
+        if "Warp Stall Sampling (All Samples)" in r:
+            col = {k: r.index(k) for k in ("Warp Stall Sampling (All Samples)", "stall_no_inst",
+                                           "stall_long_sb", "Instructions Executed") if k in r}
+            continue
+        if col is None:
+            continue
+        if r[0].strip():
+            line = int(num(r[0]))
+            continue
+        try:
+            addr = int(r[2], 16)
+        except (IndexError, ValueError):
+            continue
+        g = lambda k: num(r[col[k]]) if k in col else 0.0
+        out.append((addr, cur, line, g("Warp Stall Sampling (All Samples)"), g("stall_no_inst"),
+                    g("stall_long_sb"), g("Instructions Executed")))
+    if not out:
+        sys.exit(f"{path}: no SASS rows (export with --print-source cuda,sass)")
+    return sorted(out)
+
+
+def regions_report(paths, fname, spec):
+    try:
+        regs = [(n, int(a), int(b)) for n, ab in (x.split(":") for x in spec.split(","))
+                for a, b in [ab.split("-")]]
+    except ValueError:
+        sys.exit(f"--regions {spec!r}: want NAME:FIRST-LAST,... (line numbers of {fname})")
+    for p in paths:
+        sass = load_sass(p)
+        tot = sum(x[3] for x in sass) or 1.0
+        acc = {n: [0.0, 0.0, 0.0, 0.0, 0] for n, _, _ in regs}
+        acc["(before any region)"] = [0.0, 0.0, 0.0, 0.0, 0]
+        cur = "(before any region)"
+        for _a, f, ln, smp, ni, lsb, ex in sass:
+            if f == fname and ln is not None:
+                cur = next((n for n, lo, hi in regs if lo <= ln <= hi), cur)
+            v = acc[cur]
+            v[0] += smp; v[1] += ni; v[2] += lsb; v[3] += ex; v[4] += 1
+        print(f"{p}: {tot:.0f} stall samples, {len(sass)} SASS instructions "
+              f"({len(sass) * 16 / 1024:.0f} KB), executed {sum(x[6] for x in sass):.3g}")
+        print(f"{'region':22s} {'samples':>8s} {'no_inst':>8s} {'long_sb':>8s} {'executed':>10s} {'SASS':>6s}")
+        for n, v in acc.items():
+            if v[4]:
+                print(f"{n:22s} {100 * v[0] / tot:7.1f}% {100 * v[1] / tot:7.1f}% {100 * v[2] / tot:7.1f}% "
+                      f"{v[3]:10.3g} {v[4]:6d}")
+
+
 def reasons(e, total):
     top = sorted(e["stalls"].items(), key=lambda kv: -kv[1])[:3]
     return " ".join(f"{k}:{100 * v / total:.1f}" for k, v in top if v > 0)
@@ -70,10 +134,20 @@ def reasons(e, total):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("csv")
+    ap.add_argument("csv", nargs="+")
     ap.add_argument("--base", help="a second CSV of the same kernel: print the difference")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--file", help="with --regions: the kernel's source file (base name)")
+    ap.add_argument("--regions", help="NAME:FIRST-LAST,... line ranges of --file")
     args = ap.parse_args()
+    if args.regions:
+        if not args.file:
+            ap.error("--regions needs --file")
+        regions_report(args.csv, args.file, args.regions)
+        return
+    if len(args.csv) != 1:
+        ap.error("one CSV (several only with --regions)")
+    args.csv = args.csv[0]
     a = load(args.csv)
     ta = sum(e["samples"] for e in a.values()) or 1.0
     if not args.base:
