@@ -4,8 +4,8 @@
 # are listed, largest first, in bytes (an SM90 instruction is 16 bytes).
 #   bash bench/kernel_sizes.sh BUILD kernels/chunked_bwd_grads.cu
 # Why: at one block per multiprocessor a kernel whose executed code outgrows the instruction caches
-# stalls on instruction fetch ("no_inst" in ncu's warp states); reports/device/chunked.md run 16
-# traces a slowdown of the gradient pass to that, and its cure to a smaller kernel.
+# stalls on instruction fetch ("no_inst" in ncu's warp states); reports/device/chunked.md runs
+# 15-16 trace a slowdown of the gradient pass to that, and its cure to a smaller kernel.
 set -eu
 BUILD=$1 SRC=$2
 obj=$(ninja -C "$BUILD" -t targets all | grep -o "^[^:]*$(basename "$SRC")\.o" | head -1)

@@ -233,13 +233,15 @@ __device__ __forceinline__ void st8(const SeqOut& x, int64_t brow, int64_t t, in
 
 // ld8 and st8 for a kernel that knows its rows' layout (RAW: bf16 inputs, 16-byte aligned input and
 // output rows): only the 16-byte paths are compiled in, which keeps the kernel's code small.
+// Eight consecutive bf16 elements c0.. of one row of a bf16 input, as one raw 16-byte piece.
+__device__ __forceinline__ uint4 raw_piece(const SeqIn& x, int64_t brow, int64_t t, int64_t h, int c0) {
+  return *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb + t * x.st + h * x.sh + c0);
+}
 template <bool RAW>
 __device__ __forceinline__ void ld8x(const SeqIn& x, int64_t brow, int64_t t, int64_t h, int c0,
                                      bool vec, float* o) {
   if constexpr (RAW)
-    unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb + t * x.st +
-                                            h * x.sh + c0),
-            o);
+    unpack8(raw_piece(x, brow, t, h, c0), o);
   else
     ld8(x, brow, t, h, c0, vec, o);
 }
@@ -349,16 +351,12 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   // RAW (the host's G.raw): every input row bf16 and 16-byte aligned, every output row aligned; rows
   // of q, k, b, g, v, w are then read as raw 16-byte pieces and converted at use, and the kernel
   // has no code for other layouts
-  constexpr bool raw = RAW;
-  auto raw8 = [&](const SeqIn& x, int r, int c0) {  // eight bf16 values of row r as one piece
-    return *reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + brow * x.sb +
-                                           (t0 + r) * x.st + h * x.sh + c0);
-  };
+  auto raw8 = [&](const SeqIn& x, int r, int c0) { return raw_piece(x, brow, t0 + r, h, c0); };
 
   // ---- staging: Ō (cp.async when aligned), U, Ū, L (all loads first); T̄, M̄ zeroed; per token
   // the projection coefficient and k.k (QED) and zeroed sums ----
   constexpr int NPJ = K / 32;  // pieces of a projection row per row thread
-  const bool praw = kAhead && projected && raw && tid < kBase && (tid >> 2) < n;
+  const bool praw = kAhead && projected && RAW && tid < kBase && (tid >> 2) < n;
   uint4 pjk[NPJ], pjb[NPJ], pjq[NPJ];
   {
     constexpr int PR = V / 8;  // 16-byte pieces per row of do
@@ -454,8 +452,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   // A slab's global inputs, loaded into registers (`pf`) one slab ahead at eight warps, so that
   // their latency hides behind the previous slab's work (sixteen warps have no registers to
   // spare and load at use): the S, Ŝ' pieces, and q, k, b, g of a row thread's eight channels as
-  // raw 16-byte bf16 pieces where every such row is bf16 and 16-byte aligned (`raw`; else they are
-  // read at use).
+  // raw 16-byte bf16 pieces in the RAW kernel (the general one reads them at use).
   constexpr int F4 = V / 4, NJ = kSW * F4 / kThreads;  // F4 lanes per S row (value columns 4 (f % F4)..)
   static_assert(kSW * F4 % kThreads == 0 && F4 <= 32, "grads_kernel: slab load");
   const int sr = (tid >> 2) & (kC - 1), sc = 8 * (tid & 3);  // row threads: row, first channel
@@ -465,7 +462,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     float4 s[NJ], d[NJ];
   } pf;
   auto issue = [&](int cb) {
-    if (raw && rowt && sr < n) {
+    if (RAW && rowt && sr < n) {
       pf.q = raw8(A.q, sr, cb + sc);
       pf.k = raw8(A.k, sr, cb + sc);
       if (chan_bw) pf.b = raw8(A.b, sr, cb + sc);
@@ -624,29 +621,25 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
       const int r = sr, c = sc, cg = cb + c;
       float qv[8], kv[8], bv[8], gv[8];
       const int64_t tt = t0 + r;
+      // a row piece of x: the RAW kernel's prefetched one (pf), else read now
+      auto in8 = [&](const uint4& piece, const SeqIn& x, float* o) {
+        if constexpr (RAW)
+          unpack8(piece, o);
+        else
+          ld8(x, brow, tt, h, cg, vec, o);
+      };
       if (rowt && r < n) {
-        if (raw) {
-          unpack8(pf.q, qv);
-          unpack8(pf.k, kv);
-        } else {
-          ld8x<RAW>(A.q, brow, tt, h, cg, vec, qv);
-          ld8x<RAW>(A.k, brow, tt, h, cg, vec, kv);
-        }
+        in8(pf.q, A.q, qv);
+        in8(pf.k, A.k, kv);
         if (chan_bw) {
-          if (raw)
-            unpack8(pf.b, bv);
-          else
-            ld8x<RAW>(A.b, brow, tt, h, cg, vec, bv);
+          in8(pf.b, A.b, bv);
         } else {
           const float beta = ld(A.beta, brow, tt, h, 0);
 #pragma unroll
           for (int e = 0; e < 8; ++e) bv[e] = beta;
         }
         if (chan_g) {
-          if (raw)
-            unpack8(pf.g, gv);
-          else
-            ld8x<RAW>(A.g, brow, tt, h, cg, vec, gv);
+          in8(pf.g, A.g, gv);
         } else {
           const float g0 = A.variant == kDeltanet ? 0.f : ld(A.g, brow, tt, h, 0);
 #pragma unroll

@@ -4,8 +4,9 @@ object's .nv_fatbin section, finds the CUDA ELF images in it (e_machine 190), an
 each `.text.<kernel>` section whose name matches PATTERN. Exit 0 when at least one kernel matches
 and every match is at most --max-bytes, 1 otherwise (one line per kernel either way), 2 on bad input.
 Why: a kernel that runs one block per multiprocessor and outgrows the instruction caches stalls
-on instruction fetch (reports/device/chunked.md runs 15-16: the gradient pass grew from 184 to
-259 KB and got 18% slower). Used by ctest (properties/cuda_chunked.cmake).
+on instruction fetch (reports/device/chunked.md runs 15-16: at 259 KB the gradient pass ran 18%
+slower than the same kernel without the early loads, 228 KB). Used by ctest
+(properties/kernel_size.cmake).
   kernel_size.py --pattern REGEX --max-bytes N OBJECT.o [OBJECT.o ...]
 (an argument may list several objects separated by commas, as CMake's $<JOIN:...,\,> writes them;
 objects without a .nv_fatbin section are skipped)"""
