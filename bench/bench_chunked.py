@@ -669,7 +669,8 @@ def peer_fwd_bwd(x, do):
     return leaves
 
 
-def timings_backward(lib, log, quick, have_peer, pick=None):
+def timings_backward(lib, log, quick, have_peer, pick=None, lean=False):
+    """lean: only the recomputing and the training-pair rows (no v1 pipeline, no sixteen warps)."""
     shapes = [(8, 4096, 16, 128), (2, 16384, 16, 128), (1, 65536, 8, 128)]
     if pick:
         shapes = [shapes[i - 1] for i in pick]
@@ -688,17 +689,19 @@ def timings_backward(lib, log, quick, have_peer, pick=None):
         row["ours_fwd_ms"] = time_ms(fwd)[0]
         row["ours_bwd_ms"] = time_ms(bwd)[0]
         row["ours_bwd_v1_ms"] = float("nan")
-        if B * T <= 32768:  # the former pipeline, for the side-by-side row (43 ms and more a call)
+        if B * T <= 32768 and not lean:  # the former pipeline, for the side-by-side row (43 ms and more a call)
             os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = "v1"
             try:
                 row["ours_bwd_v1_ms"] = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16), warmup=1, reps=3)[0]
             finally:
                 os.environ["QEDCHECK_CHUNKED_BWD_IMPL"] = OURS_BWD
-        os.environ["QEDCHECK_CHUNKED_GRADS_WARPS"] = "16"  # the gradient pass on sixteen warps
-        try:
-            row["ours_bwd_w16_ms"] = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16))[0]
-        finally:
-            os.environ.pop("QEDCHECK_CHUNKED_GRADS_WARPS", None)
+        row["ours_bwd_w16_ms"] = float("nan")
+        if not lean:
+            os.environ["QEDCHECK_CHUNKED_GRADS_WARPS"] = "16"  # the gradient pass on sixteen warps
+            try:
+                row["ours_bwd_w16_ms"] = time_ms(lib.prepare_backward(x, do, gr, g_dtype=BF16))[0]
+            finally:
+                os.environ.pop("QEDCHECK_CHUNKED_GRADS_WARPS", None)
         row["ours_fwdbwd_ms"] = time_ms(lambda: (fwd(), bwd()))[0]
         # the training pair: the forward keeps the recompute, the backward skips it
         fsv = lib.prepare_forward_saving(x, o, ht)
@@ -792,7 +795,7 @@ def main():
     ap.add_argument("--shapes", default="1,2,3", help="timing shapes of the forward and of forward + backward, 1-based (default all three)")
     ap.add_argument("--phase-configs", default="8,16",
                     help="bwdphases: gradient-pass configurations, of 8, 16, 8late, 8general (see backward_phases)")
-    ap.add_argument("--lean", action="store_true", help="forward timing: the default rows only")
+    ap.add_argument("--lean", action="store_true", help="forward and fwd+bwd timing: the default rows only")
     args = ap.parse_args()
     try:
         pick = [int(i) for i in args.shapes.split(",")]
@@ -841,7 +844,7 @@ def main():
             log(f"[timing] FAILED: {e!r}")
     if "bwdtiming" in only:
         try:
-            res["bwdtiming"] = timings_backward(lib, log, args.quick, have_peer, pick)
+            res["bwdtiming"] = timings_backward(lib, log, args.quick, have_peer, pick, args.lean)
         except Exception as e:  # noqa: BLE001
             log(f"[bwdtiming] FAILED: {e!r}")
     if "bwdpeer" in only and have_peer:
