@@ -568,9 +568,10 @@ Status layout_for(const ChunkedBackwardParams& p, Layout* out) {
     L.part = off;
     off = align256(off + bound * H * L.n_vt * static_cast<size_t>(cb::part_floats(pr.K)) * 4);
   }
-  // v1: ā, q̄, k̄, ḡ and Z̄ per token; v2 keeps only QED's ā, q̄, k̄ (its final VJP pass reads them).
+  // v1: ā, q̄, k̄, ḡ and Z̄ per token; v2 needs none (QED's final pass reads its partial dq, dk, db
+  // back from the gradient outputs).
   L.tok_k = off;
-  off = align256(off + (L.v2 ? (pr.variant == Variant::qed ? 3 : 0) : 4) * BTH * K * 4);
+  if (!L.v2) off = align256(off + 4 * BTH * K * 4);
   L.tok_v = off;
   if (!L.v2) off = align256(off + BTH * V * 4);
   L.dlam = off;

@@ -11,7 +11,9 @@
 //     forward's prep pass does). Then ā, q̄, k̄ and the decay gradient of §6.3 in the
 //     cancellation-free arrangement of chunked_backward_tile.hpp (chunk_block), into the token
 //     arrays;
-//  4. the token VJPs of §5.2 for the chunk's tokens: chunked_backward_tile.hpp's token_item.
+//  4. the token VJPs of §5.2 for the chunk's tokens (chunked_backward_tile.hpp's token_item): in 3d
+//     and 3f for every variant, QED's less the terms in en = k.ā / k.k; after the slabs, which
+//     sum k.ā, QED's projected arms read their dq, dk, db back and add those terms.
 // Operands sit in shared memory as split-bf16 planes (x = hi + lo, two terms: 16 significant bits;
 // the bf16 inputs q, k, do need one) and reach the tensor cores through ldmatrix, in either
 // orientation; products are mma m16n8k16 with fp32 accumulation (chunked_common.cuh: mma_split).
@@ -144,7 +146,7 @@ struct GradSmem {
   static constexpr int oGp = oG + kC * GP * 4;
   static constexpr int oKK = oGp + kC * XP * 4;
   static constexpr int oA = oKK + kC * XP * 4;  // fp32 slab tile of the erase vector a (pitch GP)
-  // Four fp32 tiles [kC][XP] of the slab's per-token outputs (dq, dk, db, dg; QED: ā, q̄, k̄, dg),
+  // Four fp32 tiles [kC][XP] of the slab's per-token outputs (dq, dk, db, dg; QED's dq, dk, db less their en terms),
   // written out in 16-byte rows after the slab: in the S, Ŝ' area (free after 3b) where it fits.
   static constexpr int out_bytes = 4 * kC * XP * 4;
   static constexpr bool out_in_s = 2 * SP::bytes >= out_bytes;
@@ -266,6 +268,29 @@ __device__ __forceinline__ void st8x(const SeqOut& x, int64_t brow, int64_t t, i
   }
 }
 
+// Eight consecutive elements c0.. of one row of a gradient output, read back (the QED final pass
+// reads 3d's partial dq, dk, db): 16-byte reads where the rows are aligned (`vec`, RAW).
+template <bool RAW>
+__device__ __forceinline__ void ld8o(const SeqOut& x, int64_t brow, int64_t t, int64_t h, int c0,
+                                     bool vec, float* o) {
+  const int64_t i = brow * x.sb + t * x.st + h * x.sh + c0;
+  if ((RAW || vec) && x.dt == 1) {
+    unpack8(*reinterpret_cast<const uint4*>(static_cast<const bf*>(x.p) + i), o);
+  } else if (RAW || vec) {
+    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(x.p) + i);
+    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(x.p) + i + 4);
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+  } else if (x.dt == 1) {
+    const bf* p = static_cast<const bf*>(x.p) + i;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = __bfloat162float(p[j]);
+  } else {
+    const float* p = static_cast<const float*>(x.p) + i;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = p[j];
+  }
+}
+
 // A row reduction over the 8 NQ channels a warp holds in its accumulator layout (NQ n-tiles, lane
 // columns 2t, 2t+1): x[q][e] summed over q and e & 1, then over the four lanes t; lanes t = 0 end
 // with rows g (hr = 0) and g + 8 (hr = 1). Fixed order: deterministic.
@@ -344,8 +369,6 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   constexpr int OTS = kC * XP;                          // one tile
 
   const int64_t cht = gc * A.H + h;  // (chunk, head) index of the workspace arrays
-  const int64_t HK = A.H * K, BTHK = A.B * A.T * HK;
-  auto tokk = [&](int r) { return ((brow * A.T) + t0 + r) * HK + h * K; };
   auto item = [&](int r) { return (brow * A.T + t0 + r) * A.H + h; };
 
   // RAW (the host's G.raw): every input row bf16 and 16-byte aligned, every output row aligned; rows
@@ -867,6 +890,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     // 3d. ā, q̄, k̄; Ḡ' and K̂⊙K̂̄ for the decay gradient; the §5.2 VJP where it needs no sum over
     // channels (every variant but QED), per-token partial sums where it does.
     float rA[NQ][4], rB[NQ][4];  // per-element terms of this slab's per-token sums
+    float* const drs = A.dr_tok + item(0) * K + cb;  // QED rand: row r, channel cb + c at r H K + c
 #pragma unroll
     for (int q = 0; q < NQ; ++q)
 #pragma unroll
@@ -886,10 +910,18 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
         rA[q][e] = rB[q][e] = 0.f;
         if (r >= n) continue;
         float* ot = OT + r * XP + c;
-        if (qed) {  // finished after the slabs, once k.ā is known
-          ot[0] = ab;
-          ot[OTS] = qfull;
-          ot[2 * OTS] = kfull;
+        if (qed) {  // §5.2 less its terms in en = k.ā / k.k, which the final pass adds once the
+                    // slabs have summed k.ā: dq, dk, db here are exact where en = 0
+          // m̄ = λ ā enters dq as m̄ b (full) or m̄ (nogate), db as m̄ q (full) or m̄ r (rand),
+          // dr as m̄ b (rand): selects, not branches, keep the unrolled code small
+          const bool rand = A.arm == kArmRand, full = A.arm == kArmFull;
+          const float la = lam * ab, rr = rand ? A.r[h * K + cb + c] : 0.f;
+          float pk = fmaf(ab, bb, kfull);
+          if (A.mutant != kMutantNoProjGrad) pk = fmaf(-lam * coef[r], ab, pk);  // -λ f ā
+          ot[0] = fmaf(la, full ? bb : (rand ? 0.f : 1.f), qfull);
+          ot[OTS] = pk;
+          ot[2 * OTS] = fmaf(la, full ? qq : rr, ab * kk);
+          if (rand) drs[r * A.H * K + c] = la * bb;
           rA[q][e] = kk * ab;                           // e = k.ā
           rB[q][e] = ab * (mval(r, c) - coef[r] * kk);  // dlambda
         } else {
@@ -985,25 +1017,13 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) x[e] = OT[k * OTS + r * XP + c0 + e];
         };
-        if (qed) {  // fp32 rows: channels 4p.. and 16 + 4p.. (p = tid & 3), so that each store
-                    // instruction of a row's four threads covers 64 contiguous bytes
-          const int p4 = 4 * (tid & 3);
-#pragma unroll
-          for (int k = 0; k < 3; ++k) {
-            const float* o = OT + k * OTS + r * XP + p4;
-            float* d = A.tok_k + k * BTHK + tokk(r) + cb + p4;
-            *reinterpret_cast<float4*>(d) = make_float4(o[0], o[1], o[2], o[3]);
-            *reinterpret_cast<float4*>(d + 16) = make_float4(o[16], o[17], o[18], o[19]);
-          }
-        } else {
-          tile(0);
-          st8x<RAW>(A.dq, brow, tt, h, static_cast<int>(cg), vout, x);
-          tile(1);
-          st8x<RAW>(A.dk, brow, tt, h, static_cast<int>(cg), vout, x);
-          if (chan_bw) {
-            tile(2);
-            st8x<RAW>(A.db, brow, tt, h, static_cast<int>(cg), vout, x);
-          }
+        tile(0);
+        st8x<RAW>(A.dq, brow, tt, h, static_cast<int>(cg), vout, x);
+        tile(1);
+        st8x<RAW>(A.dk, brow, tt, h, static_cast<int>(cg), vout, x);
+        if (chan_bw) {
+          tile(2);
+          st8x<RAW>(A.db, brow, tt, h, static_cast<int>(cg), vout, x);
         }
         if (chan_g) {
           tile(3);
@@ -1022,78 +1042,52 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     if (!chan_bw) st(A.dbeta, brow, tt, h, 0, tot[tid] + tot[3 * kC + tid]);
     if (A.variant == kGdn) st(A.dg, brow, tt, h, 0, tot[2 * kC + tid]);
   }
-  if (qed) {  // MATH.md §5.2, as token_item (chunked_backward_tile.hpp) has it: eight channels
-    // of one row per item, every load of an item (ā, q̄, k̄ from tok_k; k, b, q) issued together
+  if (projected) {  // QED arms with a projection (nogate_noproj has no en terms)
+    // The en terms of MATH.md §5.2 (token_item of chunked_backward_tile.hpp has the whole VJP):
+    // dq, dk, db (and QED rand's dr) of 3d less λ en (k b, m - 2 f k, k q), rows with k.k > 0
+    // only; eight channels of one row per item, UF items per thread with every load first.
     constexpr int GR = K / 8;  // items per row
     const bool vin = RAW || G.vec != 0, vout = RAW || G.vec_out != 0;
-    auto ld8f = [&](const float* src, float* x) {
-      const float4 u0 = reinterpret_cast<const float4*>(src)[0];
-      const float4 u1 = reinterpret_cast<const float4*>(src)[1];
-      x[0] = u0.x, x[1] = u0.y, x[2] = u0.z, x[3] = u0.w;
-      x[4] = u1.x, x[5] = u1.y, x[6] = u1.z, x[7] = u1.w;
-    };
-    // item i: row i / GR, channels 8 (i % GR)..; UF items per thread at a time, loads first
     constexpr int UF = kAhead ? 2 : 1;
-    auto finish = [&](int i, const float* ab, const float* qf, const float* kf, const float* kk,
-                      const float* bb, const float* qq) {
+    auto finish = [&](int i, float* dq, float* dk, float* db, const float* kk, const float* bb,
+                      const float* qq) {
       const int r = i / GR, c0 = 8 * (i % GR);
       const int64_t tt = t0 + r;
-      const float nn = nnr[r], f = coef[r], en = nn > 0.f ? tot[r] / nn : 0.f;
-      float dq[8], dk[8], db[8], dr[8];
+      const float f = coef[r], len = lam * tot[r] / nnr[r];  // λ en
+      const bool rand = A.arm == kArmRand, full = A.arm == kArmFull;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int c = c0 + e;
-        const float rr = A.arm == kArmRand ? A.r[h * K + c] : 0.f;
-        const float m = arm_m(A.arm, bb[e], qq[e], A.r, h * K + c);
-        dq[e] = qf[e];
-        dk[e] = fmaf(ab[e], bb[e], kf[e]);
-        db[e] = ab[e] * kk[e];
-        float mbar = lam * ab[e];
-        if (nn > 0.f) {
-          mbar = lam * (ab[e] - kk[e] * en);
-          if (A.mutant != kMutantNoProjGrad)
-            dk[e] -= lam * (f * ab[e] + en * m - 2.f * f * en * kk[e]);
-        }
-        dr[e] = 0.f;
-        if (A.arm == kArmFull) {
-          dq[e] = fmaf(mbar, bb[e], dq[e]);
-          db[e] = fmaf(mbar, qq[e], db[e]);
-        } else if (A.arm == kArmRand) {
-          db[e] = fmaf(mbar, rr, db[e]);
-          dr[e] = mbar * bb[e];
-        } else {
-          dq[e] += mbar;
-        }
-      }
-      if (A.arm == kArmRand) {
-        float4* d = reinterpret_cast<float4*>(A.dr_tok + item(r) * K + c0);
-        d[0] = make_float4(dr[0], dr[1], dr[2], dr[3]);
-        d[1] = make_float4(dr[4], dr[5], dr[6], dr[7]);
+        const float lk = len * kk[e], rr = rand ? A.r[h * K + c] : 0.f;
+        if (A.mutant != kMutantNoProjGrad)
+          dk[e] = fmaf(-len, fmaf(-2.f * f, kk[e], arm_m(A.arm, bb[e], qq[e], A.r, h * K + c)), dk[e]);
+        dq[e] = fmaf(-lk, full ? bb[e] : (rand ? 0.f : 1.f), dq[e]);
+        db[e] = fmaf(-lk, full ? qq[e] : rr, db[e]);
+        if (rand) A.dr_tok[item(r) * K + c] = fmaf(-lk, bb[e], A.dr_tok[item(r) * K + c]);
       }
       st8x<RAW>(A.dq, brow, tt, h, c0, vout, dq);
       st8x<RAW>(A.dk, brow, tt, h, c0, vout, dk);
       st8x<RAW>(A.db, brow, tt, h, c0, vout, db);
     };
     for (int i0 = tid; i0 < n * GR; i0 += UF * kThreads) {
-      float ab[UF][8], qf[UF][8], kf[UF][8], kk[UF][8], bb[UF][8], qq[UF][8];
+      float dq[UF][8], dk[UF][8], db[UF][8], kk[UF][8], bb[UF][8], qq[UF][8];
+      bool live[UF];
 #pragma unroll
       for (int u = 0; u < UF; ++u) {
-        const int i = i0 + u * kThreads;
-        if (i >= n * GR) break;
-        const int r = i / GR, c0 = 8 * (i % GR);
-        const int64_t tt = t0 + r, o = tokk(r) + c0;
-        ld8f(A.tok_k + o, ab[u]);
-        ld8f(A.tok_k + BTHK + o, qf[u]);
-        ld8f(A.tok_k + 2 * BTHK + o, kf[u]);
+        const int i = i0 + u * kThreads, r = i / GR, c0 = 8 * (i % GR);
+        live[u] = i < n * GR && nnr[i < n * GR ? r : 0] > 0.f;
+        if (!live[u]) continue;
+        const int64_t tt = t0 + r;
+        ld8o<RAW>(A.dq, brow, tt, h, c0, vout, dq[u]);
+        ld8o<RAW>(A.dk, brow, tt, h, c0, vout, dk[u]);
+        ld8o<RAW>(A.db, brow, tt, h, c0, vout, db[u]);
         ld8x<RAW>(A.k, brow, tt, h, c0, vin, kk[u]);
         ld8x<RAW>(A.b, brow, tt, h, c0, vin, bb[u]);
         ld8x<RAW>(A.q, brow, tt, h, c0, vin, qq[u]);
       }
 #pragma unroll
-      for (int u = 0; u < UF; ++u) {
-        const int i = i0 + u * kThreads;
-        if (i < n * GR) finish(i, ab[u], qf[u], kf[u], kk[u], bb[u], qq[u]);
-      }
+      for (int u = 0; u < UF; ++u)
+        if (live[u]) finish(i0 + u * kThreads, dq[u], dk[u], db[u], kk[u], bb[u], qq[u]);
     }
   }
 }
