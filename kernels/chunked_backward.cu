@@ -641,6 +641,7 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
   G.bws = ws + L.bws;
   G.bblob = L.bblob;
   G.lm_off = chunked::bwd_lm_offset(static_cast<int>(pr.K), chunked::Mode::bf16);
+  G.pj_off = chunked::bwd_pj_offset(static_cast<int>(pr.K), chunked::Mode::bf16);
   G.max_diag = fa.max_diag;
   const bool chan_bw = pr.variant == Variant::gdn2 || pr.variant == Variant::qed;
   const bool chan_g = chan_bw || pr.variant == Variant::kda;

@@ -378,9 +378,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 
   // ---- staging: Ō (cp.async when aligned), U, Ū, L (all loads first); T̄, M̄ zeroed; per token
   // the projection coefficient and k.k (QED) and zeroed sums ----
-  constexpr int NPJ = K / 32;  // pieces of a projection row per row thread
-  const bool praw = kAhead && projected && RAW && tid < kBase && (tid >> 2) < n;
-  uint4 pjk[NPJ], pjb[NPJ], pjq[NPJ];
+  float2 pj = make_float2(0.f, 0.f);  // QED: k.k and k.m of row tid
   {
     constexpr int PR = V / 8;  // 16-byte pieces per row of do
     const bf* dp = static_cast<const bf*>(A.dout.p);
@@ -407,15 +405,8 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     for (int j = 0; j < NU4; ++j) xu[j] = u4[tid + j * kThreads], xb[j] = ub4[tid + j * kThreads];
 #pragma unroll
     for (int j = 0; j < NL4; ++j) xl[j] = l4[tid + j * kThreads];
-    // QED's projection: k, b, q of the row thread's channels 8 part + 32 j as raw pieces, in
-    // flight with the loads above (`praw`; else read below)
-    if (praw) {
-#pragma unroll
-      for (int j = 0; j < NPJ; ++j) {
-        const int c0 = 8 * (tid & 3) + 32 * j;
-        pjk[j] = raw8(A.k, tid >> 2, c0), pjb[j] = raw8(A.b, tid >> 2, c0), pjq[j] = raw8(A.q, tid >> 2, c0);
-      }
-    }
+    // QED's per-row k.k and k.m, which the recompute's prep pass left in the blob
+    if (projected && tid < n) pj = *reinterpret_cast<const float2*>(G.bws + cht * G.bblob + G.pj_off + 8 * tid);
 #pragma unroll
     for (int j = 0; j < NU4; ++j) {
       const int i = 4 * (tid + j * kThreads), r = i / V, v = i % V;
@@ -434,40 +425,10 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   for (int i = tid; i < 2 * TP::bytes / 16; i += kThreads)
     reinterpret_cast<uint4*>(sm + Z::oT)[i] = make_uint4(0, 0, 0, 0);
   for (int i = tid; i < 4 * kC; i += kThreads) tot[i] = 0.f;
-  if (tid < kBase) {  // four threads per row, eight channels per load, sums over the four in a fixed order
-    const int r = tid >> 2, part = tid & 3;
-    float nn = 0.f, km = 0.f;
-    if (projected && r < n) {
-#pragma unroll
-      for (int j = 0; j < NPJ; ++j) {
-        const int c0 = 8 * part + 32 * j;
-        float kk[8], bb[8], qq[8];
-        if (praw) {
-          unpack8(pjk[j], kk);
-          unpack8(pjb[j], bb);
-          unpack8(pjq[j], qq);
-        } else {
-          ld8x<RAW>(A.k, brow, t0 + r, h, c0, vec, kk);
-          ld8x<RAW>(A.b, brow, t0 + r, h, c0, vec, bb);
-          ld8x<RAW>(A.q, brow, t0 + r, h, c0, vec, qq);
-        }
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float m = arm_m(A.arm, bb[e], qq[e], A.r, h * K + c0 + e);
-          nn = fmaf(kk[e], kk[e], nn);
-          km = fmaf(kk[e], m, km);
-        }
-      }
-    }
-    nn += __shfl_xor_sync(0xffffffffu, nn, 1);
-    km += __shfl_xor_sync(0xffffffffu, km, 1);
-    nn += __shfl_xor_sync(0xffffffffu, nn, 2);
-    km += __shfl_xor_sync(0xffffffffu, km, 2);
-    if (part == 0) {
-      const bool proj = projected && nn > 0.f;
-      coef[r] = proj ? km / nn : 0.f;
-      nnr[r] = proj ? nn : 0.f;
-    }
+  if (tid < kC) {  // the projection coefficient (k.m)/(k.k) and k.k where the arm projects and k != 0
+    const bool proj = projected && pj.x > 0.f;
+    coef[tid] = proj ? pj.y / pj.x : 0.f;
+    nnr[tid] = proj ? pj.x : 0.f;
   }
   chunked::cp_wait<0>();
   __syncthreads();

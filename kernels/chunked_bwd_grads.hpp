@@ -18,6 +18,7 @@ struct GradArgs {
   const char* bws = nullptr;    // the backward's blobs (chunked::BwdLayout), for L
   int64_t bblob = 0;            // bytes per (chunk, head)
   int64_t lm_off = 0;           // offset of L in a blob
+  int64_t pj_off = 0;           // offset of the per-row (k.k, k.m) pairs in a blob (QED)
   float max_diag = 64.f;        // steepest in-block decay (log2) of the factored diagonal blocks
   int vec = 0;                  // rows of q, k, b, g and do may be read in 16-byte pieces
   int vec_vw = 0;               // rows of v and w (where given) likewise

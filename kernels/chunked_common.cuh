@@ -247,7 +247,10 @@ struct BwdLayout {
   static constexpr int64_t nQN = 4LL * 4 * (K / 32) * 32 * NT * 8;
   static constexpr int64_t kLM = kQN + nQN;
   static constexpr int64_t nLM = 4LL * kC * kC;
-  static constexpr int64_t bytes = (kLM + nLM + 255) / 256 * 256;
+  // QED's projection per row: k.k and k.m (fp32 pairs; zero where the arm has no projection)
+  static constexpr int64_t kPJ = kLM + nLM;
+  static constexpr int64_t nPJ = 4LL * 2 * kC;
+  static constexpr int64_t bytes = (kPJ + nPJ + 255) / 256 * 256;
 };
 
 // movmatrix: the 8 x 8 b16 matrix whose row g, columns 2t, 2t+1 lane 4g+t holds (the layout of an
@@ -267,6 +270,7 @@ constexpr int mode_ntq(Mode m) { return m == Mode::fp32 ? 3 : 1; }
 int64_t blob_bytes(int K, int64_t V, Mode m);
 int64_t bwd_blob_bytes(int K, Mode m);
 int64_t bwd_lm_offset(int K, Mode m);  // of L in the backward's blob
+int64_t bwd_pj_offset(int K, Mode m);  // of the per-row (k.k, k.m) pairs in the backward's blob
 // Shared memory the launches need (to check against the device limit).
 int prep_smem_bytes(int K, bool fp32_inputs);
 int state_smem_bytes(int K, int MT, Mode m);

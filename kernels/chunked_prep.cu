@@ -267,6 +267,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
         km += __shfl_xor_sync(0xffffffffu, km, 2);
       }
       if (part == 0) s.coef[r] = (projected && nn > 0.f) ? lam * (km / nn) : 0.f;
+      if constexpr (BWD) {  // the gradient pass's projection coefficients (zero without projection)
+        if (part == 0) *reinterpret_cast<float2*>(bblob + Lb::kPJ + 8 * r) = make_float2(nn, km);
+      }
     }
     if (warp < 4) {  // warp I lists the steep channels of diagonal block I
       const int I = warp;
@@ -759,6 +762,15 @@ int64_t bwd_lm_offset(int K, Mode m) {
                    : (nt == 2 ? BwdLayout<64, 2>::kLM : BwdLayout<64, 1>::kLM);
   return nt == 3 ? BwdLayout<128, 3>::kLM
                  : (nt == 2 ? BwdLayout<128, 2>::kLM : BwdLayout<128, 1>::kLM);
+}
+
+int64_t bwd_pj_offset(int K, Mode m) {
+  const int nt = mode_nt(m);
+  if (K == 64)
+    return nt == 3 ? BwdLayout<64, 3>::kPJ
+                   : (nt == 2 ? BwdLayout<64, 2>::kPJ : BwdLayout<64, 1>::kPJ);
+  return nt == 3 ? BwdLayout<128, 3>::kPJ
+                 : (nt == 2 ? BwdLayout<128, 2>::kPJ : BwdLayout<128, 1>::kPJ);
 }
 
 int prep_smem_bytes(int K, bool fp32_inputs) {
