@@ -396,10 +396,22 @@ __global__ void __launch_bounds__(kThreadsBwd) bwd_token_kernel(const cb::BwdArg
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kTokenWarps + threadIdx.x / 32;
   if (item < items) cb::token_item(A, item, static_cast<int>(threadIdx.x % 32), 32, WarpSum{});
 }
-__global__ void __launch_bounds__(kThreadsBwd) bwd_head_reduce_kernel(const float* tok, int64_t BT,
-                                                                   int64_t H, int D, float* out) {
+__global__ void __launch_bounds__(kThreadsBwd) bwd_head_parts_kernel(const float* tok, int64_t BT,
+                                                                  int64_t H, int D, float* part) {
   __shared__ float scratch[cb::kReduceGroups];
-  cb::head_reduce_block(BlockExec{}, tok, BT, H, D, blockIdx.x, out, scratch);
+  cb::head_reduce_parts(BlockExec{}, tok, BT, H, D, blockIdx.y, blockIdx.x, part, scratch);
+}
+__global__ void __launch_bounds__(kThreadsBwd) bwd_head_final_kernel(const float* part, int64_t BT,
+                                                                  int64_t H, int D, float* out) {
+  cb::head_reduce_final(BlockExec{}, part, BT, H, D, blockIdx.x, out);
+}
+// dlambda or dr: the per-token values summed per head (chunked_backward_tile.hpp, part E).
+cudaError_t head_reduce(const float* tok, int64_t BT, int64_t H, int D, float* part, float* out,
+                        cudaStream_t st) {
+  const unsigned P = static_cast<unsigned>(cb::reduce_parts(BT));
+  bwd_head_parts_kernel<<<dim3(P, static_cast<unsigned>(H)), kThreadsBwd, 0, st>>>(tok, BT, H, D, part);
+  bwd_head_final_kernel<<<static_cast<unsigned>(H), kThreadsBwd, 0, st>>>(part, BT, H, D, out);
+  return cudaGetLastError();
 }
 
 const char* kFn = "chunked_backward";
@@ -505,7 +517,7 @@ struct Layout {
   int64_t bound = 0, per = 0;
   int n_vt = 1;
   size_t base = 0, fwd = 0, cs = 0, o = 0, blob = 0, part = 0, tok_k = 0, tok_v = 0, dlam = 0,
-         dr = 0, total = 0;
+         dr = 0, red = 0, total = 0;
   size_t fwd_bytes = 0;
   size_t bws = 0, u = 0, ds = 0, ubar = 0;  // v2
   int64_t bblob = 0;
@@ -578,6 +590,9 @@ Status layout_for(const ChunkedBackwardParams& p, Layout* out) {
   if (lay.has_lambda) off = align256(off + BTH * 4);
   L.dr = off;
   if (lay.has_r) off = align256(off + BTH * K * 4);
+  L.red = off;  // the two-level head reduction's parts (dlambda, then dr)
+  if (lay.has_lambda || lay.has_r)
+    off = align256(off + static_cast<size_t>(cb::reduce_part_floats(pr.B * pr.T, pr.H, lay.has_r ? static_cast<int>(K) : 1)) * 4);
   L.fwd = off;
   ChunkedForwardParams fp = forward_params(p, nullptr, L);
   if (Status s = chunked_forward_workspace(fp, &L.fwd_bytes); !s.ok()) return s;
@@ -809,17 +824,15 @@ Status chunked_backward(const ChunkedBackwardParams& p) {
   }
   if (result.ok() && e == cudaSuccess && lay.has_lambda && go(6)) {
     if (BT > 0) {
-      bwd_head_reduce_kernel<<<H, kThreadsBwd, 0, st>>>(A.dlam_tok, BT, pr.H, 1, p.grads.dlambda);
-      e = cudaGetLastError();
+      e = head_reduce(A.dlam_tok, BT, pr.H, 1, reinterpret_cast<float*>(ws + L.red), p.grads.dlambda, st);
     } else {
       e = cudaMemsetAsync(p.grads.dlambda, 0, sizeof(float) * pr.H, st);
     }
   }
   if (result.ok() && e == cudaSuccess && lay.has_r && go(6)) {
     if (BT > 0) {
-      bwd_head_reduce_kernel<<<H, kThreadsBwd, 0, st>>>(A.dr_tok, BT, pr.H, static_cast<int>(pr.K),
-                                                        p.grads.dr);
-      e = cudaGetLastError();
+      e = head_reduce(A.dr_tok, BT, pr.H, static_cast<int>(pr.K), reinterpret_cast<float*>(ws + L.red),
+                      p.grads.dr, st);
     } else {
       e = cudaMemsetAsync(p.grads.dr, 0, sizeof(float) * pr.H * pr.K, st);
     }

@@ -19,7 +19,7 @@
 //     into per-token fp32 arrays.
 //  D. token_item, per (token, head), one warp each: the §5.2 erase-vector VJP, z = w⊙v, the
 //     variant mapping.
-//  E. head_reduce_block: dlambda and dr summed over tokens in a fixed order.
+//  E. head_reduce_parts, head_reduce_final: dlambda and dr summed over tokens in a fixed order.
 // Arithmetic is fp32 with explicit fmaf; there are no atomics, so results are bitwise
 // reproducible. The GPU swaps in tensor-core versions of the plain matrix products through the
 // hooks of prep_block (ScalarPrepTM, ScalarPrepProducts) and chunk_block (ScalarOffDiag), and of
@@ -802,22 +802,46 @@ QED_HD inline void token_item(const BwdArgs& A, int64_t item, int lane, int nl, 
 
 // ---- E: per-head sums over tokens, fixed order ----
 
-// out[h*D + c] = sum over bt of tok[(bt*H + h)*D + c]: kReduceGroups/D groups stride the tokens,
-// then one pass adds the groups in order. scratch: reduce_smem_floats().
+// out[h*D + c] = sum over bt of tok[(bt*H + h)*D + c], in two levels so that the work spreads
+// over many blocks (one block per head walked B*T*D values alone: milliseconds for dr, D = K):
+//  1. head_reduce_parts, block (p, h) of P = reduce_parts(BT): the tokens [p S, (p+1) S),
+//     S = ceil(BT / P), kReduceGroups/D groups striding them, the groups added in order, into
+//     part[(p*H + h)*D + c] (reduce_part_floats(BT, H, D) floats); scratch: reduce_smem_floats();
+//  2. head_reduce_final, block h: the P parts added in order.
+// P depends on BT alone, so the order, and the result, are the same on every machine.
+QED_HD inline int64_t reduce_parts(int64_t BT) {
+  const int64_t p = (BT + 127) / 128;
+  return p < 1 ? 1 : (p > 1024 ? 1024 : p);
+}
+QED_HD inline int64_t reduce_part_floats(int64_t BT, int64_t H, int D) { return reduce_parts(BT) * H * D; }
+
 template <class Ex>
-QED_HD void head_reduce_block(const Ex& ex, const float* tok, int64_t BT, int64_t H, int D,
-                              int64_t h, float* out, float* scratch) {
+QED_HD void head_reduce_parts(const Ex& ex, const float* tok, int64_t BT, int64_t H, int D,
+                              int64_t h, int64_t p, float* part, float* scratch) {
+  const int64_t P = reduce_parts(BT), S = (BT + P - 1) / P;
+  const int64_t lo = p * S, hi = lo + S < BT ? lo + S : BT;
   const int G = kReduceGroups / D > 0 ? kReduceGroups / D : 1;
   ex.for_each(static_cast<int64_t>(G) * D, [&](int64_t i) {
     const int g = static_cast<int>(i / D), c = static_cast<int>(i % D);
     float a = 0.f;
-    for (int64_t bt = g; bt < BT; bt += G) a += tok[(bt * H + h) * D + c];
+    for (int64_t bt = lo + g; bt < hi; bt += G) a += tok[(bt * H + h) * D + c];
     scratch[i] = a;
   });
   ex.sync();
   ex.for_each(D, [&](int64_t c) {
     float a = 0.f;
     for (int g = 0; g < G; ++g) a += scratch[g * D + c];
+    part[(p * H + h) * D + c] = a;
+  });
+}
+
+template <class Ex>
+QED_HD void head_reduce_final(const Ex& ex, const float* part, int64_t BT, int64_t H, int D,
+                              int64_t h, float* out) {
+  const int64_t P = reduce_parts(BT);
+  ex.for_each(D, [&](int64_t c) {
+    float a = 0.f;
+    for (int64_t p = 0; p < P; ++p) a += part[(p * H + h) * D + c];
     out[h * D + c] = a;
   });
 }

@@ -206,11 +206,15 @@ inline Grads<double> emulate(const Inputs<double>& in, const Cotangents<double>&
   for (int64_t item = 0; item < BTH; ++item) kb::token_item(A, item, 0, 1, kb::SoloSum{});
   std::vector<float> dlam(static_cast<size_t>(H), NAN), dr(static_cast<size_t>(H * K), NAN);
   std::vector<float> scratch(kb::reduce_smem_floats());
-  for (int64_t h = 0; h < H; ++h) {
-    if (lay.has_lambda) kb::head_reduce_block(ex, dlam_tok.data(), B * T, H, 1, h, dlam.data(), scratch.data());
-    if (lay.has_r)
-      kb::head_reduce_block(ex, dr_tok.data(), B * T, H, static_cast<int>(K), h, dr.data(), scratch.data());
-  }
+  std::vector<float> red(static_cast<size_t>(kb::reduce_part_floats(B * T, H, static_cast<int>(K))));
+  auto reduce = [&](const std::vector<float>& tok, int D, std::vector<float>& out) {
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t p = 0; p < kb::reduce_parts(B * T); ++p)
+        kb::head_reduce_parts(ex, tok.data(), B * T, H, D, h, p, red.data(), scratch.data());
+    for (int64_t h = 0; h < H; ++h) kb::head_reduce_final(ex, red.data(), B * T, H, D, h, out.data());
+  };
+  if (lay.has_lambda) reduce(dlam_tok, 1, dlam);
+  if (lay.has_r) reduce(dr_tok, static_cast<int>(K), dr);
 
   auto back = [&](std::vector<float>& f, const std::vector<uint16_t>& h16) {
     std::vector<double> o(f.size());
