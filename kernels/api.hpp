@@ -125,6 +125,10 @@ Status validate_state(const char* fn, const char* name, const StateTensorOut& s)
 Status device_status();
 // The current device's name ("NVIDIA H200"), or "" without a device.
 std::string device_name();
+// Sixteen hex digits identifying the kernels' sources this library was built from
+// (cmake/kernel_fingerprint.cmake): certificates of CUDA subjects record it, and the gate says
+// when the kernels it re-measures are not the ones a certificate measured.
+const char* source_fingerprint();
 
 // ---- recurrent kernels ----
 

@@ -90,6 +90,15 @@ TEST(Certificate, SchemaRoundTripsExactly) {
   const Certificate gpu_back = certificate_from_json(nlohmann::json::parse(gpu_text), "mem");
   EXPECT_EQ(gpu_back.machine.gpu, "NVIDIA H200");
   EXPECT_EQ(certificate_text(gpu_back), gpu_text);
+  // Likewise the kernels' source fingerprint: kept when recorded, absent (and read back empty,
+  // as from a certificate written before it existed) when not.
+  EXPECT_EQ(nlohmann::json::parse(text).count("kernel_fingerprint"), 0u);
+  EXPECT_TRUE(back.kernel_fingerprint.empty());
+  gpu.kernel_fingerprint = "0123456789abcdef";
+  const std::string fp_text = certificate_text(gpu);
+  const Certificate fp_back = certificate_from_json(nlohmann::json::parse(fp_text), "mem");
+  EXPECT_EQ(fp_back.kernel_fingerprint, "0123456789abcdef");
+  EXPECT_EQ(certificate_text(fp_back), fp_text);
 }
 
 TEST(Certificate, IsReadAsAToleranceFile) {
@@ -315,6 +324,7 @@ TEST(Certify, MeasuresWhatItClaims) {
     }
   }
   EXPECT_TRUE(c.git_commit.size() == 40u || c.git_commit == "unknown") << c.git_commit;
+  EXPECT_TRUE(c.kernel_fingerprint.empty()) << "a CPU reference records no kernel fingerprint";
   EXPECT_FALSE(c.machine.cpu.empty());
   EXPECT_GE(fit_growth(c).size(), 4u * 9);  // 4 series x (o, ht and 7 gdn2 gradients at least)
 }

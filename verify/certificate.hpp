@@ -133,6 +133,10 @@ struct Certificate {
               oracle_check = "float128";
   Machine machine;
   std::string git_commit = "unknown", created, updated;
+  // CUDA subjects: the fingerprint of the kernels' sources that were measured
+  // (kernels::source_fingerprint()); empty for the CPU references and for certificates written
+  // before 2026-12-06, which did not record it.
+  std::string kernel_fingerprint;
   std::vector<CellResult> cells;
   const CellResult* find(const std::string& key) const;
 };

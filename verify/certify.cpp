@@ -255,7 +255,12 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
       return cell_order(a.spec) < cell_order(b.spec);
     });
     c.machine = machine;
-    if (c.subject.impl.rfind("cuda-", 0) == 0) c.machine.gpu = gpu;
+    if (c.subject.impl.rfind("cuda-", 0) == 0) {
+      c.machine.gpu = gpu;
+#ifdef QEDCHECK_HAVE_CUDA
+      c.kernel_fingerprint = kernels::source_fingerprint();
+#endif
+    }
     c.git_commit = commit;
     c.updated = utc_now_iso();
     write_certificate(paths[i], c);

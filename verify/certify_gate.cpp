@@ -7,6 +7,9 @@
 #include <cmath>
 #include <filesystem>
 
+#ifdef QEDCHECK_HAVE_CUDA
+#include "kernels/api.hpp"
+#endif
 #include "reference/error.hpp"
 #include "verify/certificate.hpp"
 #include "verify/certify.hpp"
@@ -36,6 +39,23 @@ std::string run_text(const RunOptions& r) {
   if (r.impl == "reference-chunked") s += fmt::format(" chunk={} operands={}", r.chunk, r.operands);
   if (r.impl.rfind("cuda-", 0) == 0) s += fmt::format(" chunk={} dtype={}", r.chunk, r.dtype);
   return s;
+}
+
+// Which kernels a CUDA certificate measured against the ones re-measured now: a gate failure
+// against another build's certificate may be an intended change of the kernels' numerics (then
+// re-certify after checking it), against the same build it is not.
+std::string kernel_note(const std::string& path, const Certificate& cert) {
+  std::string here = "unknown (no CUDA in this build)";
+#ifdef QEDCHECK_HAVE_CUDA
+  here = kernels::source_fingerprint();
+#endif
+  if (cert.kernel_fingerprint == here)
+    return fmt::format("{}: kernels {}, the ones this certificate measured", path, here);
+  return fmt::format(
+      "{}: kernels {}; the certificate measured {}: a failure may be a change the kernels made on "
+      "purpose (check it, then re-certify with `qedcheck certify --impl {}`)",
+      path, here, cert.kernel_fingerprint.empty() ? "kernels it did not record" : "kernels " + cert.kernel_fingerprint,
+      cert.subject.impl);
 }
 
 }  // namespace
@@ -73,6 +93,7 @@ GateResult run_gate(const GateOptions& o, std::FILE* log) {
     const std::string own = run_text(subject_run_options(cert.subject, o.threads));
     res.notes.push_back(fmt::format("{}: {} on {} inputs{}", path, cand, cert.subject.case_dtype(),
                                     cand == own ? "" : " (certificate's subject: " + own + ")"));
+    if (run.impl.rfind("cuda-", 0) == 0) res.notes.push_back(kernel_note(path, cert));
     int cells = 0;
     for (const auto& cell : cert.cells) {
       if (cell.status != "certified") continue;

@@ -1,0 +1,8 @@
+# The kernels' source fingerprint (cmake/kernel_fingerprint.cmake), which CUDA certificates record
+# and the gate compares: ci/checks/kernel_fingerprint_check.cmake runs the script on scratch files
+# and fails unless the fingerprint changes with a file's bytes or name and comes back with them.
+add_test(NAME kernel_fingerprint_follows_sources
+         COMMAND ${CMAKE_COMMAND} -DSCRIPT=${PROJECT_SOURCE_DIR}/cmake/kernel_fingerprint.cmake
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/kernel_fingerprint_check
+                 -P ${PROJECT_SOURCE_DIR}/ci/checks/kernel_fingerprint_check.cmake)
+set_tests_properties(kernel_fingerprint_follows_sources PROPERTIES LABELS cpu TIMEOUT 60)
