@@ -746,31 +746,27 @@ cudaError_t launch_prep_bf16(const Args& A, Mode m, int64_t grid_chunks, cudaStr
 
 }  // namespace
 
-int64_t bwd_blob_bytes(int K, Mode m) {
+namespace {
+// f(BwdLayout<K, NT>{}) for the runtime head size and mode: the one place that maps them.
+template <class F>
+int64_t with_bwd_layout(int K, Mode m, F f) {
   const int nt = mode_nt(m);
   if (K == 64)
-    return nt == 3 ? BwdLayout<64, 3>::bytes
-                   : (nt == 2 ? BwdLayout<64, 2>::bytes : BwdLayout<64, 1>::bytes);
-  return nt == 3 ? BwdLayout<128, 3>::bytes
-                 : (nt == 2 ? BwdLayout<128, 2>::bytes : BwdLayout<128, 1>::bytes);
+    return nt == 3 ? f(BwdLayout<64, 3>{}) : (nt == 2 ? f(BwdLayout<64, 2>{}) : f(BwdLayout<64, 1>{}));
+  return nt == 3 ? f(BwdLayout<128, 3>{}) : (nt == 2 ? f(BwdLayout<128, 2>{}) : f(BwdLayout<128, 1>{}));
+}
+}  // namespace
+
+int64_t bwd_blob_bytes(int K, Mode m) {
+  return with_bwd_layout(K, m, [](auto L) { return decltype(L)::bytes; });
 }
 
 int64_t bwd_lm_offset(int K, Mode m) {
-  const int nt = mode_nt(m);
-  if (K == 64)
-    return nt == 3 ? BwdLayout<64, 3>::kLM
-                   : (nt == 2 ? BwdLayout<64, 2>::kLM : BwdLayout<64, 1>::kLM);
-  return nt == 3 ? BwdLayout<128, 3>::kLM
-                 : (nt == 2 ? BwdLayout<128, 2>::kLM : BwdLayout<128, 1>::kLM);
+  return with_bwd_layout(K, m, [](auto L) { return decltype(L)::kLM; });
 }
 
 int64_t bwd_pj_offset(int K, Mode m) {
-  const int nt = mode_nt(m);
-  if (K == 64)
-    return nt == 3 ? BwdLayout<64, 3>::kPJ
-                   : (nt == 2 ? BwdLayout<64, 2>::kPJ : BwdLayout<64, 1>::kPJ);
-  return nt == 3 ? BwdLayout<128, 3>::kPJ
-                 : (nt == 2 ? BwdLayout<128, 2>::kPJ : BwdLayout<128, 1>::kPJ);
+  return with_bwd_layout(K, m, [](auto L) { return decltype(L)::kPJ; });
 }
 
 int prep_smem_bytes(int K, bool fp32_inputs) {
