@@ -94,10 +94,14 @@ TEST(Certificate, SchemaRoundTripsExactly) {
   // as from a certificate written before it existed) when not.
   EXPECT_EQ(nlohmann::json::parse(text).count("kernel_fingerprint"), 0u);
   EXPECT_TRUE(back.kernel_fingerprint.empty());
+  // The tree state: kept when known (clean or modified), absent when unknown.
+  EXPECT_EQ(nlohmann::json::parse(text).count("git_tree"), 0u);
+  gpu.git_tree = "modified";
   gpu.kernel_fingerprint = "0123456789abcdef";
   const std::string fp_text = certificate_text(gpu);
   const Certificate fp_back = certificate_from_json(nlohmann::json::parse(fp_text), "mem");
   EXPECT_EQ(fp_back.kernel_fingerprint, "0123456789abcdef");
+  EXPECT_EQ(fp_back.git_tree, "modified");
   EXPECT_EQ(certificate_text(fp_back), fp_text);
 }
 
@@ -127,6 +131,9 @@ TEST(Certificate, RejectsBrokenDocumentsWithTheRule) {
   j["schema"] = "qedcheck.certificate/2";
   EXPECT_EQ(message(j),
             "c.json: schema must be \"qedcheck.certificate/1\" (found \"qedcheck.certificate/2\")");
+  j = good;
+  j["git_tree"] = "dirty";
+  EXPECT_EQ(message(j), "c.json.git_tree: \"dirty\" is none of clean, modified, unknown");
   j = good;
   j["cells"][0]["status"] = "fine";
   EXPECT_EQ(message(j),
@@ -325,6 +332,7 @@ TEST(Certify, MeasuresWhatItClaims) {
   }
   EXPECT_TRUE(c.git_commit.size() == 40u || c.git_commit == "unknown") << c.git_commit;
   EXPECT_TRUE(c.kernel_fingerprint.empty()) << "a CPU reference records no kernel fingerprint";
+  EXPECT_TRUE(c.git_tree == "clean" || c.git_tree == "modified" || c.git_tree == "unknown") << c.git_tree;
   EXPECT_FALSE(c.machine.cpu.empty());
   EXPECT_GE(fit_growth(c).size(), 4u * 9);  // 4 series x (o, ht and 7 gdn2 gradients at least)
 }

@@ -252,6 +252,7 @@ nlohmann::json certificate_to_json(const Certificate& cert) {
                   {"cores", cert.machine.cores}};
   if (!cert.machine.gpu.empty()) j["machine"]["gpu"] = cert.machine.gpu;
   j["git_commit"] = cert.git_commit;
+  if (cert.git_tree != "unknown") j["git_tree"] = cert.git_tree;
   if (!cert.kernel_fingerprint.empty()) j["kernel_fingerprint"] = cert.kernel_fingerprint;
   j["created"] = cert.created;
   j["updated"] = cert.updated;
@@ -320,6 +321,12 @@ Certificate certificate_from_json(const nlohmann::json& j, const std::string& wh
   cert.machine.cores = static_cast<int>(integer(m, "cores", where + ".machine"));
   if (m.contains("gpu")) cert.machine.gpu = str(m, "gpu", where + ".machine");
   cert.git_commit = str(j, "git_commit", where);
+  if (j.contains("git_tree")) {
+    cert.git_tree = str(j, "git_tree", where);
+    if (cert.git_tree != "clean" && cert.git_tree != "modified" && cert.git_tree != "unknown")
+      throw qed::Error(where + ".git_tree: \"" + cert.git_tree +
+                       "\" is none of clean, modified, unknown");
+  }
   if (j.contains("kernel_fingerprint")) cert.kernel_fingerprint = str(j, "kernel_fingerprint", where);
   cert.created = str(j, "created", where);
   cert.updated = str(j, "updated", where);

@@ -121,6 +121,9 @@ struct Machine {
 };
 Machine this_machine();
 std::string git_commit_or_unknown();
+// Whether the working tree differs from that commit in tracked files: "clean", "modified" (then
+// the commit alone does not say what was measured), or "unknown" (no git, not a repository).
+std::string git_tree_state();
 std::string utc_now_iso();
 
 struct Certificate {
@@ -133,6 +136,7 @@ struct Certificate {
               oracle_check = "float128";
   Machine machine;
   std::string git_commit = "unknown", created, updated;
+  std::string git_tree = "unknown";  // git_tree_state() of the run that last added cells
   // CUDA subjects: the fingerprint of the kernels' sources that were measured
   // (kernels::source_fingerprint()); empty for the CPU references and for certificates written
   // before 2026-12-06, which did not record it.

@@ -164,6 +164,17 @@ std::string git_commit_or_unknown() {
   return out;
 }
 
+std::string git_tree_state() {
+  std::FILE* p = ::popen("git status --porcelain --untracked-files=no 2>/dev/null", "r");
+  if (!p) return "unknown";
+  char buf[256];
+  bool any = false;
+  while (std::fgets(buf, sizeof buf, p)) any = true;
+  const int rc = ::pclose(p);
+  if (rc != 0) return "unknown";
+  return any ? "modified" : "clean";
+}
+
 std::string utc_now_iso() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};

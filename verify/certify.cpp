@@ -248,7 +248,7 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
   for (const auto& c : certs)
     if (gpu.empty() && c.subject.impl.rfind("cuda-", 0) == 0) gpu = kernels::device_name();
 #endif
-  const std::string commit = git_commit_or_unknown();
+  const std::string commit = git_commit_or_unknown(), tree = git_tree_state();
   auto save = [&](size_t i) {
     Certificate& c = certs[i];
     std::stable_sort(c.cells.begin(), c.cells.end(), [](const CellResult& a, const CellResult& b) {
@@ -262,6 +262,7 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
 #endif
     }
     c.git_commit = commit;
+    c.git_tree = tree;
     c.updated = utc_now_iso();
     write_certificate(paths[i], c);
   };
