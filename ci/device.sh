@@ -111,7 +111,13 @@ if [[ -x $QC && ${QED_DEVICE_QEDCHECK:-1} != 0 ]]; then
     [[ -e $c ]] && gate_certs+=(--certificate "$c")
   done
   : >"$OUT/gate.log"
+  # once per fresh benchmark table (against its committed twin), or once without any
+  tables=()
   for t in recurrent:bench_recurrent chunked_forward:chunked_forward; do
+    [[ -f $OUT/bench/${t##*:}.md ]] && tables+=("$t")
+  done
+  [[ ${#tables[@]} -eq 0 ]] && tables=(none:none)
+  for t in "${tables[@]}"; do
     base=${t%%:*} fresh=${t##*:}
     bench=()
     [[ -f $OUT/bench/$fresh.md ]] && bench=(--bench-table "$OUT/bench/$fresh.md" --bench-baseline "$ROOT/reports/bench/$base.md")
