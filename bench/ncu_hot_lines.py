@@ -13,12 +13,51 @@ stall samples, with their share, instructions executed and the largest stall rea
       FILE's lines. Inlined helpers (other files, or FILE's lines outside every region) have no line
       of the kernel body, so each SASS instruction is charged to the region of the nearest
       instruction before it, in address order, that has one.
+  ncu_hot_lines.py A.csv [B.csv ...] --regions-from kernels/chunked_bwd_grads.cu
+      the same, the regions read from the source's own section comments ("// ---- staging",
+      "// ---- 1.", "// 3a.", ...; each runs to the line before the next), so that they follow
+      the code; --print-regions SOURCE prints them as a --regions string and exits.
 Not a benchmark itself."""
 import argparse
 import csv
 import gzip
 import os
+import re
 import sys
+
+# A section comment inside a kernel (indented): "// ---- staging: ...", "// ---- 1. ...",
+# "// 3a. ...", "{  // 3f. ..." (numbered sections are named by their number), or
+# "// ---- in-chunk cumulative decay, ..." (named by its words up to the first , : ( or ---).
+SECTION = re.compile(r"^\s{2,}(?:\{\s*)?//\s*(?:(-{4})\s*)?(.*)$")
+NUMBERED = re.compile(r"^(staging|\d+[a-z]?)[.:]\s")
+
+
+def section_name(line):
+    m = SECTION.match(line)
+    if not m:
+        return None
+    rest = m.group(2)
+    n = NUMBERED.match(rest)
+    if n:
+        return n.group(1)
+    if not m.group(1):  # a plain comment, not a "----" heading
+        return None
+    name = re.split(r"[,:(]|---", rest, maxsplit=1)[0].strip()
+    return name[:28] or None
+
+
+def regions_of(source):
+    """NAME:FIRST-LAST,... from the section comments of `source` (1-based lines)."""
+    with open(source, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    marks = [(nm, i + 1) for i, ln in enumerate(lines) for nm in [section_name(ln)] if nm]
+    if not marks:
+        sys.exit(f"{source}: no section comments (// ---- staging, // ---- 1., // 3a., ...)")
+    out = []
+    for k, (name, first) in enumerate(marks):
+        last = marks[k + 1][1] - 1 if k + 1 < len(marks) else len(lines)
+        out.append(f"{name}:{first}-{last}")
+    return ",".join(out)
 
 
 def num(s):
@@ -134,12 +173,21 @@ def reasons(e, total):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("csv", nargs="+")
+    ap.add_argument("csv", nargs="*")
     ap.add_argument("--base", help="a second CSV of the same kernel: print the difference")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--file", help="with --regions: the kernel's source file (base name)")
     ap.add_argument("--regions", help="NAME:FIRST-LAST,... line ranges of --file")
+    ap.add_argument("--regions-from", help="a kernel source: --file and --regions from its section comments")
+    ap.add_argument("--print-regions", action="store_true",
+                    help="with --regions-from: print the regions as a --regions string, read no CSV")
     args = ap.parse_args()
+    if args.regions_from:
+        args.regions = regions_of(args.regions_from)
+        args.file = os.path.basename(args.regions_from)
+        if args.print_regions:
+            print(args.regions)
+            return
     if args.regions:
         if not args.file:
             ap.error("--regions needs --file")
