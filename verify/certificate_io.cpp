@@ -41,6 +41,16 @@ std::string trim_line(std::string s) {
   return s.substr(i);
 }
 
+// The standard output of a shell command, and whether it exited with 0.
+bool command_output(const char* cmd, std::string& out) {
+  out.clear();
+  std::FILE* p = ::popen(cmd, "r");
+  if (!p) return false;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  return ::pclose(p) == 0;
+}
+
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& text) {
@@ -153,26 +163,17 @@ Machine this_machine() {
 }
 
 std::string git_commit_or_unknown() {
-  std::FILE* p = ::popen("git rev-parse HEAD 2>/dev/null", "r");
-  if (!p) return "unknown";
-  char buf[128] = {0};
   std::string out;
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int rc = ::pclose(p);
+  const bool ok = command_output("git rev-parse HEAD 2>/dev/null", out);
   out = trim_line(out);
-  if (rc != 0 || out.size() != 40) return "unknown";
+  if (!ok || out.size() != 40) return "unknown";
   return out;
 }
 
 std::string git_tree_state() {
-  std::FILE* p = ::popen("git status --porcelain --untracked-files=no 2>/dev/null", "r");
-  if (!p) return "unknown";
-  char buf[256];
-  bool any = false;
-  while (std::fgets(buf, sizeof buf, p)) any = true;
-  const int rc = ::pclose(p);
-  if (rc != 0) return "unknown";
-  return any ? "modified" : "clean";
+  std::string out;
+  if (!command_output("git status --porcelain --untracked-files=no 2>/dev/null", out)) return "unknown";
+  return out.empty() ? "clean" : "modified";
 }
 
 std::string utc_now_iso() {
