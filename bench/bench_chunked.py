@@ -513,6 +513,21 @@ def explore_forward(row, run):
     del os.environ["QEDCHECK_CHUNKED_MT"]
 
 
+def explore_ilp(row, run):
+    """The state pass at one value tile, default and ILP instance (QEDCHECK_CHUNKED_STATE_ILP=1,
+    shorter mma chains), alone and in a whole forward; interleaved, default first."""
+    os.environ["QEDCHECK_CHUNKED_MT"] = "1"
+    for tag, ilp in (("", None), ("_ilp", "1"), ("_2", None), ("_ilp_2", "1")):
+        if ilp:
+            os.environ["QEDCHECK_CHUNKED_STATE_ILP"] = ilp
+        row[f"fwd_mt1{tag}_ms"] = time_ms(run)[0]
+        os.environ["QEDCHECK_CHUNKED_ONLY"] = "state"
+        row[f"state_mt1{tag}_ms"] = time_ms(run)[0]
+        del os.environ["QEDCHECK_CHUNKED_ONLY"]
+        os.environ.pop("QEDCHECK_CHUNKED_STATE_ILP", None)
+    del os.environ["QEDCHECK_CHUNKED_MT"]
+
+
 def explore_qed(lib, row, x, xq, o, ht):
     """QED on the eight-warp state pass, and the one-term mutant."""
     os.environ["QEDCHECK_CHUNKED_STATE_WARPS"] = "8"
@@ -546,6 +561,7 @@ def timings(lib, log, quick, have_peer, bw, pick=None, lean=False):
         del os.environ["QEDCHECK_CHUNKED_ONLY"]
         if not lean:
             explore_forward(row, run)
+        explore_ilp(row, run)
         xq = dict(x)
         xq.update(variant="qed", arm="full", lam=torch.ones(H, device=DEV))
         run_q = lib.prepare(xq, o, ht)
@@ -901,6 +917,11 @@ def main():
                   [[r["shape"], ms(r, *[f"ours_gdn2_{t}_ms" for t in tags])]
                    + [ms(r, f"state_{t}_mt1_ms", f"state_{t}_mt2_ms", f"state_{t}_mt4_ms") for t in tags]
                    for r in tr])
+        # The state pass's ILP instance at one value tile against the default, twice each.
+        table(["shape", "state mt1 ms (twice)", "state mt1 ILP ms (twice)", "whole fwd mt1 ms (twice)",
+               "whole fwd mt1 ILP ms (twice)"],
+              [[r["shape"], ms(r, "state_mt1_ms", "state_mt1_2_ms"), ms(r, "state_mt1_ilp_ms", "state_mt1_ilp_2_ms"),
+                ms(r, "fwd_mt1_ms", "fwd_mt1_2_ms"), ms(r, "fwd_mt1_ilp_ms", "fwd_mt1_ilp_2_ms")] for r in tr])
         # Where QED's extra time goes: each pass alone, GDN-2 and QED (full, lambda = 1).
         table(["shape", "prep gdn2 ms", "prep qed ms", "state gdn2 ms", "state qed ms"],
               [[r["shape"], ms(r, "gdn2_prep_ms"), ms(r, "qed_prep_ms"), ms(r, "gdn2_state_ms"), ms(r, "qed_state_ms")]

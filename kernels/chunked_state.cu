@@ -43,8 +43,14 @@ __device__ __forceinline__ void store_out(const Args& A, int64_t idx, float x) {
 
 // LD: how the fragments come in: 0 cp.async (16 bytes per lane and instruction, waited for by
 // commit groups), 1 bulk copies on two mbarriers per warp (the default; bitwise the same data).
-template <int K, int MT, int NT, int NTQ, int NW, int LD>
+// ILP (MT = 1 only; QEDCHECK_CHUNKED_STATE_ILP=1): shorter dependent mma chains for the few-block
+// shapes, where one warp per scheduler walks the chunks and every chunk step waits on its chains:
+// four accumulator sets instead of two in phase A, and in phase B the products into two
+// accumulators of their own (even and odd chunk-row blocks) added to the decayed state after the
+// loop. Other rounding order than ILP = false (not bitwise the same).
+template <int K, int MT, int NT, int NTQ, int NW, int LD, bool ILP = false>
 __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
+  static_assert(!ILP || MT == 1, "state_kernel: ILP is for one value tile");
   using Lw = WsLayout<K, NT, NTQ>;
   using Z = StateSizes<K, MT, NT, NTQ, NW>;
   using Sh = WarpShare<K, NW>;
@@ -175,7 +181,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
     // ---- phase A: Uᵀ and Sᵀ Q̃ᵀ for this warp's chunk rows ----
     // Two accumulator sets (even and odd key blocks) halve the dependent mma chains when the
     // registers allow it.
-    constexpr int NC = MT <= 2 ? 2 : 1;  // a function of MT alone: 4 and 8 warps agree bitwise
+    constexpr int NC = ILP ? 4 : (MT <= 2 ? 2 : 1);  // a function of MT and ILP: 4 and 8 warps agree bitwise
     float accU[NC][MT][RT][4], accP[NC][MT][RT][4];
     float (&aU0)[MT][RT][4] = accU[0];
     float (&aP0)[MT][RT][4] = accP[0];
@@ -283,6 +289,17 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
           accS[m][n][3] *= gb;
         }
       }
+      // ILP: the products' own accumulators (even, odd kb), added to the decayed state below
+      constexpr int NS = ILP ? 2 : 0;
+      float tS[NS > 0 ? NS : 1][MT][NN][4];
+#pragma unroll
+      for (int c = 0; c < NS; ++c)
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int n = 0; n < NN; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) tS[c][m][n][e] = 0.f;
 #pragma unroll
       for (int kb = 0; kb < 4; ++kb) {
         uint32_t aU[MT][NT * 4];
@@ -301,7 +318,12 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
           uint32_t bk[NT * 2];
           load_b<NT>(bufB + ((kb * NN + n) * 32 + lane) * NT * 8, bk);
 #pragma unroll
-          for (int m = 0; m < MT; ++m) mma_split<NT, NT>(accS[m][n], aU[m], bk);
+          for (int m = 0; m < MT; ++m) {
+            if constexpr (ILP)
+              mma_split<NT, NT>(tS[kb & 1][m][n], aU[m], bk);
+            else
+              mma_split<NT, NT>(accS[m][n], aU[m], bk);
+          }
         }
         if (kb <= rb) {
 #pragma unroll
@@ -312,6 +334,14 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
             for (int m = 0; m < MT; ++m) mma_split<NT, NTQ>(aP0[m][nt], aU[m], bm);
           }
         }
+      }
+      if constexpr (ILP) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int n = 0; n < NN; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) accS[m][n][e] += tS[0][m][n][e] + tS[1][m][n][e];
       }
       const int64_t tok0 = sp.bos + ci * kC;
 #pragma unroll
@@ -359,6 +389,13 @@ int state_warps(int K) {
 
 namespace {
 
+// QEDCHECK_CHUNKED_STATE_ILP=1: the ILP instance of state_kernel where it exists (one value tile,
+// two-term bf16 products, K = 128); anything else keeps the default.
+bool state_ilp() {
+  const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_ILP");
+  return e && std::strcmp(e, "1") == 0;
+}
+
 bool bulk_loads(int K, int warps) {
   const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_LOAD");
   if (e && std::strcmp(e, "bulk") == 0) return true;
@@ -370,6 +407,9 @@ template <int K, int MT, int NT, int NTQ, int NW>
 cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
   using Z = StateSizes<K, MT, NT, NTQ, NW>;
   auto kern = bulk_loads(K, NW) ? state_kernel<K, MT, NT, NTQ, NW, 1> : state_kernel<K, MT, NT, NTQ, NW, 0>;
+  if constexpr (MT == 1 && NT == 2 && K == 128)
+    if (state_ilp())
+      kern = bulk_loads(K, NW) ? state_kernel<K, 1, NT, NTQ, NW, 1, true> : state_kernel<K, 1, NT, NTQ, NW, 0, true>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
   if (e != cudaSuccess) return e;
   const int64_t vt = A.V / (16 * MT);

@@ -268,6 +268,59 @@ TEST(GpuChunkedProps, StateLoadPathsAgreeBitwise) {
       << "the bulkload mutant was not detected";
 }
 
+// The ILP instance of the state pass (QEDCHECK_CHUNKED_STATE_ILP=1: one value tile, two-term bf16
+// products, K = 128; shorter dependent mma chains): the same values as the default instance up
+// to the order of fp32 additions, and bitwise the same on four and eight warps.
+TEST(GpuChunkedProps, StateIlpAgreesWithDefault) {
+  REQUIRE_DEVICE();
+  int i = 0;
+  for (const auto& [v, a] : all_variants()) {
+    fixtures::GenSpec g;
+    g.variant = v;
+    g.arm = a;
+    g.dims = {1, 500, 2, 128, i % 2 ? 128 : 64};
+    g.seqlens = {130, 0, 64, 1, 305};
+    g.regime = i % 2 ? Regime::hard : Regime::mixed;
+    g.with_h0 = true;
+    g.seed = base_seed() + 330 + static_cast<uint64_t>(i++);
+    const auto in = fixtures::generate(g);
+    ScopedEnv tile("QEDCHECK_CHUNKED_MT", "1");
+    for (const char* load : {"bulk", "cpasync"}) {
+      ScopedEnv ld("QEDCHECK_CHUNKED_STATE_LOAD", load);
+      kernels::ChunkedHostRun base, ilp4, ilp8;
+      base = kernels::run_chunked(in, DType::bf16, true);
+      {
+        ScopedEnv on("QEDCHECK_CHUNKED_STATE_ILP", "1");
+        ilp4 = kernels::run_chunked(in, DType::bf16, true);
+        ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", "8");
+        ilp8 = kernels::run_chunked(in, DType::bf16, true);
+      }
+      const std::string what = describe(g, DType::bf16) + " load " + load;
+      EXPECT_TRUE(ilp4.outputs.o == ilp8.outputs.o && ilp4.outputs.ht == ilp8.outputs.ht &&
+                  ilp4.chunk_states == ilp8.chunk_states)
+          << what << ": the ILP pass differs between four and eight warps";
+      // o is stored in bf16: a changed fp32 rounding moves an element by one bf16 step at most
+      EXPECT_LT(rel_err(ilp4.outputs.o, base.outputs.o), 1e-3) << what;
+      EXPECT_LT(rel_err(ilp4.outputs.ht, base.outputs.ht), 1e-5) << what;
+      EXPECT_LT(rel_err(ilp4.chunk_states, base.chunk_states), 1e-5) << what;
+    }
+  }
+  // Mutation check: the tolerance must see a state pass that drops the chunk decay.
+  fixtures::GenSpec g;
+  g.variant = Variant::gdn2;
+  g.dims = {1, 500, 2, 128, 128};
+  g.seqlens = {130, 0, 64, 1, 305};
+  g.seed = base_seed() + 359;
+  const auto in = fixtures::generate(g);
+  ScopedEnv tile("QEDCHECK_CHUNKED_MT", "1");
+  ScopedEnv ld("QEDCHECK_CHUNKED_STATE_LOAD", "bulk");
+  const auto base = kernels::run_chunked(in, DType::bf16, true);
+  ScopedEnv on("QEDCHECK_CHUNKED_STATE_ILP", "1");
+  ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", "bulkload");
+  const auto bad = kernels::run_chunked(in, DType::bf16, true);
+  EXPECT_GT(rel_err(bad.outputs.ht, base.outputs.ht), 1e-5) << "the bulkload mutant was not detected";
+}
+
 fixtures::GenSpec steep(Variant v, Arm a, uint64_t seed) {
   fixtures::GenSpec g;
   g.variant = v;
