@@ -268,12 +268,13 @@ TEST(GpuChunkedProps, StateLoadPathsAgreeBitwise) {
       << "the bulkload mutant was not detected";
 }
 
-// The ILP instance of the state pass (QEDCHECK_CHUNKED_STATE_ILP=1: one value tile, two-term bf16
-// products, K = 128; shorter dependent mma chains): the same values as the default instance up
-// to the order of fp32 additions, and bitwise the same on four and eight warps.
+// The ILP instance of the state pass (one value tile, two-term bf16 products, K = 128; shorter
+// dependent mma chains; the default, QEDCHECK_CHUNKED_STATE_ILP=0 the former instance): the same
+// values as the former instance up to the order of fp32 additions, bitwise the same on four and
+// eight warps, and really the default (its final states differ from the former's in the last bits).
 TEST(GpuChunkedProps, StateIlpAgreesWithDefault) {
   REQUIRE_DEVICE();
-  int i = 0;
+  int i = 0, differs = 0;
   for (const auto& [v, a] : all_variants()) {
     fixtures::GenSpec g;
     g.variant = v;
@@ -288,10 +289,12 @@ TEST(GpuChunkedProps, StateIlpAgreesWithDefault) {
     for (const char* load : {"bulk", "cpasync"}) {
       ScopedEnv ld("QEDCHECK_CHUNKED_STATE_LOAD", load);
       kernels::ChunkedHostRun base, ilp4, ilp8;
-      base = kernels::run_chunked(in, DType::bf16, true);
       {
-        ScopedEnv on("QEDCHECK_CHUNKED_STATE_ILP", "1");
-        ilp4 = kernels::run_chunked(in, DType::bf16, true);
+        ScopedEnv off("QEDCHECK_CHUNKED_STATE_ILP", "0");
+        base = kernels::run_chunked(in, DType::bf16, true);
+      }
+      {
+        ilp4 = kernels::run_chunked(in, DType::bf16, true);  // the default
         ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", "8");
         ilp8 = kernels::run_chunked(in, DType::bf16, true);
       }
@@ -303,8 +306,10 @@ TEST(GpuChunkedProps, StateIlpAgreesWithDefault) {
       EXPECT_LT(rel_err(ilp4.outputs.o, base.outputs.o), 1e-3) << what;
       EXPECT_LT(rel_err(ilp4.outputs.ht, base.outputs.ht), 1e-5) << what;
       EXPECT_LT(rel_err(ilp4.chunk_states, base.chunk_states), 1e-5) << what;
+      differs += ilp4.outputs.ht != base.outputs.ht;
     }
   }
+  EXPECT_GT(differs, 0) << "the default state pass at one value tile is not the ILP instance";
   // Mutation check: the tolerance must see a state pass that drops the chunk decay.
   fixtures::GenSpec g;
   g.variant = Variant::gdn2;
@@ -314,8 +319,11 @@ TEST(GpuChunkedProps, StateIlpAgreesWithDefault) {
   const auto in = fixtures::generate(g);
   ScopedEnv tile("QEDCHECK_CHUNKED_MT", "1");
   ScopedEnv ld("QEDCHECK_CHUNKED_STATE_LOAD", "bulk");
-  const auto base = kernels::run_chunked(in, DType::bf16, true);
-  ScopedEnv on("QEDCHECK_CHUNKED_STATE_ILP", "1");
+  kernels::ChunkedHostRun base;
+  {
+    ScopedEnv off("QEDCHECK_CHUNKED_STATE_ILP", "0");
+    base = kernels::run_chunked(in, DType::bf16, true);
+  }
   ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", "bulkload");
   const auto bad = kernels::run_chunked(in, DType::bf16, true);
   EXPECT_GT(rel_err(bad.outputs.ht, base.outputs.ht), 1e-5) << "the bulkload mutant was not detected";
