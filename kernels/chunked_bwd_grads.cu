@@ -133,8 +133,8 @@ struct GradSmem {
   static constexpr int oT = oY + UP::bytes;
   static constexpr int oM = oT + TP::bytes;
   static constexpr int oMisc =
-      oM + TP::bytes;  // coef, k.k, M̄ diagonal; per-token sums; rho, steep masks
-  static constexpr int oSlab = oMisc + 4 * (3 * kC + 4 * kC + 8 * kC + 8 * kC + kSW + 4);
+      oM + TP::bytes;  // coef, k.k, M̄ diagonal; per-token sums; rho, steep masks; rand's r
+  static constexpr int oSlab = oMisc + 4 * (3 * kC + 4 * kC + 8 * kC + 8 * kC + kSW + 4 + K);
   // the slab area: L in step 1, then per slab
   static constexpr int oL = oSlab;
   static constexpr int oS = oSlab;
@@ -206,10 +206,22 @@ __device__ __forceinline__ void unpack8(const uint4& u, float* x) {
   for (int j = 0; j < 8; ++j) x[j] = __bfloat162float(e[j]);
 }
 
-// The query-side vector m of the QED arms (MATH.md §2) at one element: b q (full), b r (rand: r is
-// the per-head vector, read only for that arm), q (nogate, nogate_noproj).
-__device__ __forceinline__ float arm_m(int arm, float b, float q, const float* r, int i) {
-  return arm == kArmFull ? b * q : (arm == kArmRand ? b * r[i] : q);
+// The query-side vector m of the QED arms (MATH.md §2) at one element: b q (full), b r (rand),
+// q (nogate, nogate_noproj), without branches on the arm: m = b (xf q + r) + xn q with the block's
+// arm factors (ArmF) and r the head's rand vector in shared memory, zero for the other arms. The
+// same value as the branching form for finite inputs (one rounding: fmaf(1, q, 0) = q,
+// fmaf(0, q, r) = r, b 0 + q = q), up to the sign of a zero product.
+struct ArmF {
+  float xf = 0.f, xn = 0.f;  // xf 1 for full; xn 1 for every arm but full and rand
+};
+__device__ __forceinline__ ArmF arm_factors(int arm) {
+  ArmF f;
+  f.xf = arm == kArmFull ? 1.f : 0.f;
+  f.xn = (arm == kArmFull || arm == kArmRand) ? 0.f : 1.f;
+  return f;
+}
+__device__ __forceinline__ float arm_m(const ArmF& f, float b, float q, float r) {
+  return fmaf(b, fmaf(f.xf, q, r), f.xn * q);
 }
 
 // Eight consecutive elements c0.. of one row of a gradient output (16-byte stores when the host
@@ -291,6 +303,12 @@ __device__ __forceinline__ void ld8o(const SeqOut& x, int64_t brow, int64_t t, i
   }
 }
 
+// A gradient value as a store into x and a load back give it (bf16 outputs: rounded to nearest
+// even, as st8 / st8x round; fp32 outputs: unchanged).
+__device__ __forceinline__ float as_stored(const SeqOut& x, float v) {
+  return x.dt == 1 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
 // A row reduction over the 8 NQ channels a warp holds in its accumulator layout (NQ n-tiles, lane
 // columns 2t, 2t+1): x[q][e] summed over q and e & 1, then over the four lanes t; lanes t = 0 end
 // with rows g (hr = 0) and g + 8 (hr = 1). Fixed order: deterministic.
@@ -356,6 +374,9 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   float* rowq = rowp + 8 * kC;                  // [8][kC] per-slab partial row sums (3e)
   float* rho = rowq + 8 * kC;                   // [kSW]
   uint32_t* steep = reinterpret_cast<uint32_t*>(rho + kSW);  // [4] one bit per slab channel
+  float* rsm = reinterpret_cast<float*>(steep + 4);  // [K] QED rand's r of head h, else zeros
+  const ArmF af = arm_factors(qed ? A.arm : -1);
+  const bool rand_arm = qed && A.arm == kArmRand;
   const SP Ss{reinterpret_cast<bf*>(sm + Z::oS)};
   const SP Shp{reinterpret_cast<bf*>(sm + Z::oSh)};
   bf* qsl = reinterpret_cast<bf*>(sm + Z::oq);
@@ -425,6 +446,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   for (int i = tid; i < 2 * TP::bytes / 16; i += kThreads)
     reinterpret_cast<uint4*>(sm + Z::oT)[i] = make_uint4(0, 0, 0, 0);
   for (int i = tid; i < 4 * kC; i += kThreads) tot[i] = 0.f;
+  for (int i = tid; i < K; i += kThreads) rsm[i] = rand_arm ? A.r[h * K + i] : 0.f;
   if (tid < kC) {  // the projection coefficient (k.m)/(k.k) and k.k where the arm projects and k != 0
     const bool proj = projected && pj.x > 0.f;
     coef[tid] = proj ? pj.y / pj.x : 0.f;
@@ -658,7 +680,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
           av[e] = bb * kk;
           if (qed) {
             const float qq = __bfloat162float(eq[e]);
-            av[e] = fmaf(bb, kk, fmaf(lam, arm_m(A.arm, bb, qq, A.r, h * K + cg + e), -lam * cf * kk));
+            av[e] = fmaf(bb, kk, fmaf(lam, arm_m(af, bb, qq, rsm[cg + e]), -lam * cf * kk));
           }
           if (r >= n) av[e] = 0.f;
         }
@@ -737,8 +759,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     // 3c. §6.2 on tensor cores. Lane element (hr, q, e): row r = 16I + g + 8hr, slab channel
     // c = 16hh + 8q + 2t + e (accumulator entry 2hr + e of n-tile q).
     auto mval = [&](int r, int c) {
-      return arm_m(A.arm, __bfloat162float(bsl[r * QP + c]), __bfloat162float(qsl[r * QP + c]), A.r,
-                   h * K + cb + c);
+      return arm_m(af, __bfloat162float(bsl[r * QP + c]), __bfloat162float(qsl[r * QP + c]), rsm[cb + c]);
     };
     auto aval = [&](int r, int c) { return As[r * GP + c]; };  // erase vector a, from 3a
     const uint32_t stI = steep[I];
@@ -875,14 +896,15 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
                     // slabs have summed k.ā: dq, dk, db here are exact where en = 0
           // m̄ = λ ā enters dq as m̄ b (full) or m̄ (nogate), db as m̄ q (full) or m̄ r (rand),
           // dr as m̄ b (rand): selects, not branches, keep the unrolled code small
-          const bool rand = A.arm == kArmRand, full = A.arm == kArmFull;
-          const float la = lam * ab, rr = rand ? A.r[h * K + cb + c] : 0.f;
+          // (arm factors, no branches: full ? b : (rand ? 0 : 1) is xf b + xn, full ? q : r is
+          // xf q + r with r zero outside rand)
+          const float la = lam * ab, rr = rsm[cb + c];
           float pk = fmaf(ab, bb, kfull);
           if (A.mutant != kMutantNoProjGrad) pk = fmaf(-lam * coef[r], ab, pk);  // -λ f ā
-          ot[0] = fmaf(la, full ? bb : (rand ? 0.f : 1.f), qfull);
+          ot[0] = fmaf(la, fmaf(af.xf, bb, af.xn), qfull);
           ot[OTS] = pk;
-          ot[2 * OTS] = fmaf(la, full ? qq : rr, ab * kk);
-          if (rand) drs[r * A.H * K + c] = la * bb;
+          ot[2 * OTS] = fmaf(la, fmaf(af.xf, qq, rr), ab * kk);
+          if (rand_arm) drs[r * A.H * K + c] = la * bb;
           rA[q][e] = kk * ab;                           // e = k.ā
           rB[q][e] = ab * (mval(r, c) - coef[r] * kk);  // dlambda
         } else {
@@ -972,17 +994,22 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
       const int r = (tid >> 2) & (kC - 1), c0 = 8 * (tid & 3);
       const int64_t tt = t0 + r, cg = cb + c0;
       const bool vout = RAW || G.vec_out != 0;
+      // the projected arms' last slab: dq, dk, db stay in the tiles for the final pass (4), which
+      // would otherwise read them back from global memory
+      const bool keep = projected && cb + kSW == K;
       if (tid < kBase && r < n) {
         float x[8];
         auto tile = [&](int k) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) x[e] = OT[k * OTS + r * XP + c0 + e];
         };
-        tile(0);
-        st8x<RAW>(A.dq, brow, tt, h, static_cast<int>(cg), vout, x);
-        tile(1);
-        st8x<RAW>(A.dk, brow, tt, h, static_cast<int>(cg), vout, x);
-        if (chan_bw) {
+        if (!keep) {
+          tile(0);
+          st8x<RAW>(A.dq, brow, tt, h, static_cast<int>(cg), vout, x);
+          tile(1);
+          st8x<RAW>(A.dk, brow, tt, h, static_cast<int>(cg), vout, x);
+        }
+        if (chan_bw && !keep) {
           tile(2);
           st8x<RAW>(A.db, brow, tt, h, static_cast<int>(cg), vout, x);
         }
@@ -1006,25 +1033,33 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
   if (projected) {  // QED arms with a projection (nogate_noproj has no en terms)
     // The en terms of MATH.md §5.2 (token_item of chunked_backward_tile.hpp has the whole VJP):
     // dq, dk, db (and QED rand's dr) of 3d less λ en (k b, m - 2 f k, k q), rows with k.k > 0
-    // only; eight channels of one row per item, UF items per thread with every load first.
+    // only; eight channels of one row per item, UF items per thread with every load first. The
+    // last slab's dq, dk, db come from the tiles (3f kept them), rounded as a store and a load
+    // would have, and are stored here for every row.
     constexpr int GR = K / 8;  // items per row
+    constexpr int CL = K - kSW;  // the last slab's first channel
     const bool vin = RAW || G.vec != 0, vout = RAW || G.vec_out != 0;
     constexpr int UF = kAhead ? 2 : 1;
-    auto finish = [&](int i, float* dq, float* dk, float* db, const float* kk, const float* bb,
-                      const float* qq) {
+    auto finish = [&](int i, bool live, float* dq, float* dk, float* db, const float* kk,
+                      const float* bb, const float* qq) {
       const int r = i / GR, c0 = 8 * (i % GR);
       const int64_t tt = t0 + r;
-      const float f = coef[r], len = lam * tot[r] / nnr[r];  // λ en
-      const bool rand = A.arm == kArmRand, full = A.arm == kArmFull;
+      const float f = coef[r], len = live ? lam * tot[r] / nnr[r] : 0.f;  // λ en
+      if (live) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int c = c0 + e;
-        const float lk = len * kk[e], rr = rand ? A.r[h * K + c] : 0.f;
-        if (A.mutant != kMutantNoProjGrad)
-          dk[e] = fmaf(-len, fmaf(-2.f * f, kk[e], arm_m(A.arm, bb[e], qq[e], A.r, h * K + c)), dk[e]);
-        dq[e] = fmaf(-lk, full ? bb[e] : (rand ? 0.f : 1.f), dq[e]);
-        db[e] = fmaf(-lk, full ? qq[e] : rr, db[e]);
-        if (rand) A.dr_tok[item(r) * K + c] = fmaf(-lk, bb[e], A.dr_tok[item(r) * K + c]);
+        for (int e = 0; e < 8; ++e) {
+          const int c = c0 + e;
+          const float lk = len * kk[e], rr = rsm[c];
+          if (A.mutant != kMutantNoProjGrad)
+            dk[e] = fmaf(-len, fmaf(-2.f * f, kk[e], arm_m(af, bb[e], qq[e], rr)), dk[e]);
+          dq[e] = fmaf(-lk, fmaf(af.xf, bb[e], af.xn), dq[e]);
+          db[e] = fmaf(-lk, fmaf(af.xf, qq[e], rr), db[e]);
+        }
+      }
+      if (rand_arm && live) {  // dr's token rows (rand only: its own loop, out of the others' way)
+        float* dr = A.dr_tok + item(r) * K + c0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dr[e] = fmaf(-len * kk[e], bb[e], dr[e]);
       }
       st8x<RAW>(A.dq, brow, tt, h, c0, vout, dq);
       st8x<RAW>(A.dk, brow, tt, h, c0, vout, dk);
@@ -1032,23 +1067,36 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     };
     for (int i0 = tid; i0 < n * GR; i0 += UF * kThreads) {
       float dq[UF][8], dk[UF][8], db[UF][8], kk[UF][8], bb[UF][8], qq[UF][8];
-      bool live[UF];
+      bool live[UF], done[UF];
 #pragma unroll
       for (int u = 0; u < UF; ++u) {
         const int i = i0 + u * kThreads, r = i / GR, c0 = 8 * (i % GR);
-        live[u] = i < n * GR && nnr[i < n * GR ? r : 0] > 0.f;
-        if (!live[u]) continue;
+        const bool in = i < n * GR, kept = in && c0 >= CL;
+        live[u] = in && nnr[in ? r : 0] > 0.f;
+        done[u] = live[u] || kept;
+        if (!done[u]) continue;
         const int64_t tt = t0 + r;
-        ld8o<RAW>(A.dq, brow, tt, h, c0, vout, dq[u]);
-        ld8o<RAW>(A.dk, brow, tt, h, c0, vout, dk[u]);
-        ld8o<RAW>(A.db, brow, tt, h, c0, vout, db[u]);
+        if (kept) {
+          auto tile = [&](int k, const SeqOut& x, float* o) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) o[e] = as_stored(x, OT[k * OTS + r * XP + c0 - CL + e]);
+          };
+          tile(0, A.dq, dq[u]);
+          tile(1, A.dk, dk[u]);
+          tile(2, A.db, db[u]);
+        } else {
+          ld8o<RAW>(A.dq, brow, tt, h, c0, vout, dq[u]);
+          ld8o<RAW>(A.dk, brow, tt, h, c0, vout, dk[u]);
+          ld8o<RAW>(A.db, brow, tt, h, c0, vout, db[u]);
+        }
+        if (!live[u]) continue;
         ld8x<RAW>(A.k, brow, tt, h, c0, vin, kk[u]);
         ld8x<RAW>(A.b, brow, tt, h, c0, vin, bb[u]);
         ld8x<RAW>(A.q, brow, tt, h, c0, vin, qq[u]);
       }
 #pragma unroll
       for (int u = 0; u < UF; ++u)
-        if (live[u]) finish(i0 + u * kThreads, dq[u], dk[u], db[u], kk[u], bb[u], qq[u]);
+        if (done[u]) finish(i0 + u * kThreads, live[u], dq[u], dk[u], db[u], kk[u], bb[u], qq[u]);
     }
   }
 }
