@@ -6,6 +6,10 @@
 #include <string>
 
 #include "cli/verbs.hpp"
+#include "verify/certificate.hpp"
+#ifdef QEDCHECK_HAVE_CUDA
+#include "kernels/api.hpp"
+#endif
 #include "reference/error.hpp"
 
 int main(int argc, char** argv) {
@@ -14,7 +18,13 @@ int main(int argc, char** argv) {
       "linear attention (GDN-2, QED, KDA, Gated DeltaNet, DeltaNet)",
       "qedcheck"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "qedcheck 0.1.0");
+  // the version, and what this binary was built from (certificates record the same)
+  std::string version = "qedcheck 0.1.0, built from commit " + qed::verify::build_commit() + " (" +
+                        qed::verify::build_tree_state() + " tree)";
+#ifdef QEDCHECK_HAVE_CUDA
+  version += ", CUDA kernels " + std::string(qed::kernels::source_fingerprint());
+#endif
+  app.set_version_flag("--version", version);
   qed::cli::Action action;
   auto verbs = qed::cli::verb_registry();
   std::sort(verbs.begin(), verbs.end(), [](const auto& a, const auto& b) { return a.order < b.order; });

@@ -103,6 +103,18 @@ TEST(Certificate, SchemaRoundTripsExactly) {
   EXPECT_EQ(fp_back.kernel_fingerprint, "0123456789abcdef");
   EXPECT_EQ(fp_back.git_tree, "modified");
   EXPECT_EQ(certificate_text(fp_back), fp_text);
+  // The binary's build commit and tree: absent when unknown (and read back unknown, as from a
+  // certificate written before they existed), kept when recorded.
+  EXPECT_EQ(nlohmann::json::parse(text).count("build_commit"), 0u);
+  EXPECT_EQ(back.build_commit, "unknown");
+  EXPECT_EQ(back.build_tree, "unknown");
+  gpu.build_commit = std::string(40, 'a');
+  gpu.build_tree = "clean";
+  const std::string bc_text = certificate_text(gpu);
+  const Certificate bc_back = certificate_from_json(nlohmann::json::parse(bc_text), "mem");
+  EXPECT_EQ(bc_back.build_commit, std::string(40, 'a'));
+  EXPECT_EQ(bc_back.build_tree, "clean");
+  EXPECT_EQ(certificate_text(bc_back), bc_text);
 }
 
 TEST(Certificate, IsReadAsAToleranceFile) {
@@ -134,6 +146,12 @@ TEST(Certificate, RejectsBrokenDocumentsWithTheRule) {
   j = good;
   j["git_tree"] = "dirty";
   EXPECT_EQ(message(j), "c.json.git_tree: \"dirty\" is none of clean, modified, unknown");
+  j = good;
+  j["build_commit"] = "8b50f65";
+  EXPECT_EQ(message(j), "c.json.build_commit: \"8b50f65\" is neither 40 lower-case hex digits nor unknown");
+  j["build_commit"] = std::string(40, 'f');
+  j["build_tree"] = "dirty";
+  EXPECT_EQ(message(j), "c.json.build_tree: \"dirty\" is none of clean, modified, unknown");
   j = good;
   j["cells"][0]["status"] = "fine";
   EXPECT_EQ(message(j),

@@ -253,6 +253,10 @@ nlohmann::json certificate_to_json(const Certificate& cert) {
   if (!cert.machine.gpu.empty()) j["machine"]["gpu"] = cert.machine.gpu;
   j["git_commit"] = cert.git_commit;
   if (cert.git_tree != "unknown") j["git_tree"] = cert.git_tree;
+  if (cert.build_commit != "unknown") {
+    j["build_commit"] = cert.build_commit;
+    j["build_tree"] = cert.build_tree;
+  }
   if (!cert.kernel_fingerprint.empty()) j["kernel_fingerprint"] = cert.kernel_fingerprint;
   j["created"] = cert.created;
   j["updated"] = cert.updated;
@@ -325,6 +329,18 @@ Certificate certificate_from_json(const nlohmann::json& j, const std::string& wh
     cert.git_tree = str(j, "git_tree", where);
     if (cert.git_tree != "clean" && cert.git_tree != "modified" && cert.git_tree != "unknown")
       throw qed::Error(where + ".git_tree: \"" + cert.git_tree +
+                       "\" is none of clean, modified, unknown");
+  }
+  if (j.contains("build_commit")) {
+    cert.build_commit = str(j, "build_commit", where);
+    const bool hex = cert.build_commit.size() == 40 &&
+                     cert.build_commit.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex && cert.build_commit != "unknown")
+      throw qed::Error(where + ".build_commit: \"" + cert.build_commit +
+                       "\" is neither 40 lower-case hex digits nor unknown");
+    cert.build_tree = j.contains("build_tree") ? str(j, "build_tree", where) : "unknown";
+    if (cert.build_tree != "clean" && cert.build_tree != "modified" && cert.build_tree != "unknown")
+      throw qed::Error(where + ".build_tree: \"" + cert.build_tree +
                        "\" is none of clean, modified, unknown");
   }
   if (j.contains("kernel_fingerprint")) cert.kernel_fingerprint = str(j, "kernel_fingerprint", where);

@@ -10,7 +10,8 @@
 //    "mode": "quick"|"full"|"custom"|"mixed" (cells from runs of different plans),
 //    "safety_factor": 4, "bound_floor": 5.96e-8,
 //    "oracle": {"implementation", "precision", "check_precision", "justification"},
-//    "machine": {"hostname", "cpu", "cores"[, "gpu"]}, "git_commit", "created", "updated" (UTC ISO 8601),
+//    "machine": {"hostname", "cpu", "cores"[, "gpu"]}, "git_commit"[, "git_tree", "build_commit",
+//    "build_tree", "kernel_fingerprint"], "created", "updated" (UTC ISO 8601),
 //    "cells": [{"key", "variant", "arm", "lambda", "regime", "B", "T", "H", "K", "V",
 //               "seeds": [...], "status": "certified"|"unstable"|"not-certified", "note",
 //               "seconds", "oracle": {"seed", "min_digits",
@@ -124,6 +125,10 @@ std::string git_commit_or_unknown();
 // Whether the working tree differs from that commit in tracked files: "clean", "modified" (then
 // the commit alone does not say what was measured), or "unknown" (no git, not a repository).
 std::string git_tree_state();
+// The commit this binary was built from (40 hex digits) and the state of its tracked files then
+// ("clean", "modified"), both "unknown" without git (verify/build_info.cpp, cmake/build_commit.cmake).
+std::string build_commit();
+std::string build_tree_state();
 std::string utc_now_iso();
 
 struct Certificate {
@@ -137,6 +142,9 @@ struct Certificate {
   Machine machine;
   std::string git_commit = "unknown", created, updated;
   std::string git_tree = "unknown";  // git_tree_state() of the run that last added cells
+  // build_commit() / build_tree_state() of the binary that last added cells: what was measured
+  // even where git_commit is the commit of another copy (absent before 2026-12-06, third session)
+  std::string build_commit = "unknown", build_tree = "unknown";
   // CUDA subjects: the fingerprint of the kernels' sources that were measured
   // (kernels::source_fingerprint()); empty for the CPU references and for certificates written
   // before 2026-12-06, which did not record it.

@@ -263,6 +263,8 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
     }
     c.git_commit = commit;
     c.git_tree = tree;
+    c.build_commit = build_commit();
+    c.build_tree = build_tree_state();
     c.updated = utc_now_iso();
     write_certificate(paths[i], c);
   };

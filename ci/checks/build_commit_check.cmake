@@ -1,0 +1,55 @@
+# Test of cmake/build_commit.cmake (properties/kernel_fingerprint.cmake registers it): a scratch
+# repository with one commit, then an edit of a tracked file, an untracked file, a second commit,
+# and a folder outside any repository. Fails (FATAL_ERROR) unless the header names the commit git
+# names, says "modified" exactly while a tracked file differs, and says "unknown" without a
+# repository.
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}/repo" "${WORK}/plain")
+find_program(GIT git REQUIRED)
+function(git)
+  execute_process(COMMAND ${GIT} -C ${WORK}/repo ${ARGN} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "git ${ARGN}: ${err}")
+  endif()
+endfunction()
+function(head out)
+  execute_process(COMMAND ${GIT} -C ${WORK}/repo rev-parse HEAD OUTPUT_VARIABLE h
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(${out} "${h}" PARENT_SCOPE)
+endfunction()
+function(expect root commit tree what)
+  # GIT_CEILING_DIRECTORIES: git's search for a repository stops at WORK (which may itself lie in
+  # a checkout of qedcheck), so that the plain folder is outside any repository
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env GIT_CEILING_DIRECTORIES=${WORK}
+                          ${CMAKE_COMMAND} -DROOT=${root} -DOUT=${WORK}/bc.hpp -P ${SCRIPT}
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what}: build_commit.cmake failed (${rc})")
+  endif()
+  file(READ "${WORK}/bc.hpp" text)
+  if(NOT text MATCHES "QED_BUILD_COMMIT \"${commit}\"" OR NOT text MATCHES "QED_BUILD_TREE \"${tree}\"")
+    message(FATAL_ERROR "${what}: expected commit ${commit}, tree ${tree}; the header says\n${text}")
+  endif()
+  message(STATUS "${what}: ${commit} ${tree}")
+endfunction()
+git(init -q)
+git(config user.email check@qedcheck.invalid)
+git(config user.name check)
+file(WRITE "${WORK}/repo/a.txt" "one\n")
+git(add a.txt)
+git(commit -q -m one)
+head(first)
+expect("${WORK}/repo" "${first}" clean "one commit")
+file(WRITE "${WORK}/repo/a.txt" "two\n")
+expect("${WORK}/repo" "${first}" modified "a tracked file edited")
+file(WRITE "${WORK}/repo/a.txt" "one\n")
+file(WRITE "${WORK}/repo/untracked.txt" "x\n")
+expect("${WORK}/repo" "${first}" clean "edit undone, an untracked file")
+file(WRITE "${WORK}/repo/a.txt" "two\n")
+git(commit -q -am two)
+head(second)
+if(second STREQUAL first)
+  message(FATAL_ERROR "the second commit did not move HEAD")
+endif()
+expect("${WORK}/repo" "${second}" clean "a second commit")
+expect("${WORK}/plain" unknown unknown "no repository")
