@@ -3,6 +3,7 @@
 // after SIGKILL of the CLI) without losing or re-measuring finished cells.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -255,6 +256,41 @@ TEST(Certify, FamiliesParseOrNameTheRule) {
   EXPECT_EQ(message("qed.half"),
             "family 'qed.half': qed arm must be full, nogate, nogate_noproj or rand");
   EXPECT_EQ(message("mamba"), "family 'mamba': variant must be gdn2, qed, kda, gdn or deltanet");
+}
+
+// The quick plan: 63 cells (four families x five regimes x T = 64, 128, 256 at K = V = 64, and
+// the unstable configuration); the CUDA kernels also get 21 at K = V = 128 (T = 64), the head size
+// of their benchmarks; lengths or head sizes chosen by hand apply to every subject.
+TEST(Certify, QuickPlanGivesTheCudaKernelsTheirHeadSize) {
+  CertifyOptions o;
+  auto count_k = [](const std::vector<CellSpec>& cells, int64_t K) {
+    return std::count_if(cells.begin(), cells.end(), [&](const CellSpec& c) { return c.K == K && c.V == K; });
+  };
+  for (const char* impl : {"cuda-chunked", "cuda-recurrent"}) {
+    const auto cells = planned_cells(o, make_subject(impl, "bf16"));
+    EXPECT_EQ(cells.size(), 84u) << impl;
+    EXPECT_EQ(count_k(cells, 64), 63) << impl;
+    EXPECT_EQ(count_k(cells, 128), 21) << impl;
+    for (const auto& c : cells) {
+      if (c.K == 128) {
+        EXPECT_EQ(c.T, 64) << impl << " " << c.key();
+      }
+    }
+  }
+  for (const char* impl : {"reference-chunked", "reference-recurrent"}) {
+    const auto cells = planned_cells(o, make_subject(impl, "fp32"));
+    EXPECT_EQ(cells.size(), 63u) << impl;
+    EXPECT_EQ(count_k(cells, 64), 63) << impl;
+  }
+  CertifyOptions by_hand = o;
+  by_hand.head_dims = {64};
+  EXPECT_EQ(planned_cells(by_hand, make_subject("cuda-chunked", "bf16")).size(), 63u);
+  by_hand = o;
+  by_hand.Ts = {64};
+  EXPECT_EQ(planned_cells(by_hand, make_subject("cuda-chunked", "bf16")).size(), 21u);
+  CertifyOptions bad = o;
+  bad.mode = "fast";
+  EXPECT_THROW((void)planned_cells(bad, make_subject("cuda-chunked", "bf16")), qed::Error);
 }
 
 TEST(Certify, InputsAreRoundedToTheDtype) {

@@ -51,6 +51,12 @@ struct CertifySummary {
 
 CertifySummary run_certify(const CertifyOptions& options, std::FILE* log);
 
+// The cells a run plans for one subject: the mode's plan, or the options' overrides. A quick run
+// also gives the CUDA kernels cells at K = V = 128 and T = 64 (which the gate re-measures): the
+// head size their benchmarks and most of their code paths are built around (the CPU twins keep
+// to 64: four times the work per cell on two cores).
+std::vector<CellSpec> planned_cells(const CertifyOptions& options, const Subject& subject);
+
 // The run options of a subject's implementation.
 RunOptions subject_run_options(const Subject& s, int threads);
 // Throws qed::Error (with the implementation's reason) when `run` cannot execute on this machine:
