@@ -29,6 +29,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+import roofline  # bench/roofline.py: model FLOPs and byte floor of the chunked forward
+
 FP32, BF16 = 0, 1
 VARIANT = {"gdn2": 0, "qed": 1, "kda": 2, "gdn": 3, "deltanet": 4}
 ARM = {"none": 0, "full": 1, "nogate": 2, "nogate_noproj": 3, "rand": 4}
@@ -470,6 +472,16 @@ def time_ms(fn, warmup=3, reps=15):
     return statistics.median(ts), min(ts), max(ts)
 
 
+def matmul_ceiling():
+    """Measured bf16 matmul rate (torch.matmul, 8192 x 8192 x 8192, fp32 accumulation), FLOP/s:
+    the compute ceiling the forward's achieved TFLOP/s is read against."""
+    n = 8192
+    a = torch.randn(n, n, dtype=torch.bfloat16, device=DEV)
+    b = torch.randn(n, n, dtype=torch.bfloat16, device=DEV)
+    med, _, _ = time_ms(lambda: a @ b, 2, 10)
+    return 2 * n ** 3 / (med * 1e-3)
+
+
 def copy_bandwidth():
     n = 1 << 30
     a = torch.empty(n, dtype=torch.uint8, device=DEV)
@@ -538,7 +550,7 @@ def explore_qed(lib, row, x, xq, o, ht):
     del os.environ["QEDCHECK_CHUNKED_MUTANT"]
 
 
-def timings(lib, log, quick, have_peer, bw, pick=None, lean=False):
+def timings(lib, log, quick, have_peer, bw, pick=None, lean=False, mm=float("nan")):
     """pick: 1-based indices of the shapes to time (all three by default); lean: only the rows of
     the README table and of the QED split (no warp-count, load-path or one-term exploration)."""
     shapes = [(8, 4096, 16, 128), (2, 16384, 16, 128), (1, 65536, 8, 128)]
@@ -552,10 +564,18 @@ def timings(lib, log, quick, have_peer, bw, pick=None, lean=False):
         o = torch.empty(B, T, H, D, dtype=torch.bfloat16, device=DEV)
         ht = torch.empty(B, H, D, D, dtype=torch.float32, device=DEV)
         row = {"shape": f"[{B},{T},{H},{D}]"}
-        floor_bytes = B * T * H * (4 * D + 3 * D) * 2
+        floor_bytes = roofline.forward_floor_bytes(B, T, H, D, D)
         row["floor_ms"] = floor_bytes / bw * 1e3
         run = lib.prepare(x, o, ht)
         row["ours_gdn2_ms"] = time_ms(run)[0]
+        # against the ceilings measured in this call (roofline.py: model FLOPs, byte floor)
+        sec = row["ours_gdn2_ms"] * 1e-3
+        row["model_gflop"] = roofline.forward_flops(B, T, H, D, D) / 1e9
+        row["tflops"] = row["model_gflop"] / sec / 1e3
+        row["tflops_of_ceiling"] = row["tflops"] * 1e12 / mm
+        row["floor_gb"] = floor_bytes / 1e9
+        row["eff_tbs"] = floor_bytes / sec / 1e12
+        row["bw_of_ceiling"] = floor_bytes / sec / bw
         os.environ["QEDCHECK_CHUNKED_ONLY"] = "prep"
         row["prep_ms"] = time_ms(run)[0]
         del os.environ["QEDCHECK_CHUNKED_ONLY"]
@@ -854,8 +874,10 @@ def main():
     if "timing" in only:
         bw = copy_bandwidth()
         log(f"[bandwidth] device-to-device copy {bw / 1e12:.2f} TB/s (read + write)")
+        mm = matmul_ceiling()
+        log(f"[matmul] bf16 8192^3 torch.matmul {mm / 1e12:.0f} TFLOP/s")
         try:
-            res["timing"] = timings(lib, log, args.quick, have_peer, bw, pick, args.lean)
+            res["timing"] = timings(lib, log, args.quick, have_peer, bw, pick, args.lean, mm)
         except Exception as e:  # noqa: BLE001
             log(f"[timing] FAILED: {e!r}")
     if "bwdtiming" in only:
@@ -905,6 +927,13 @@ def main():
                "speed-up"],
               [[r["shape"], ms(r, "floor_ms"), ms(r, "ours_gdn2_ms"), ms(r, "ours_qed_ms"), ms(r, "ours_gdn2_4w_ms"),
                 ms(r, "ours_single_ms"), ms(r, "peer_ms"), f"{r.get('speedup', nan):.2f}x"] for r in tr])
+        # Against the ceilings measured in the same call (bench/roofline.py)
+        table(["shape", "ours gdn2 ms", "model GFLOP", "TFLOP/s", "of bf16 matmul", "byte floor GB",
+               "effective TB/s", "of copy bandwidth"],
+              [[r["shape"], ms(r, "ours_gdn2_ms"), f"{r.get('model_gflop', nan):.1f}", f"{r.get('tflops', nan):.1f}",
+                f"{100 * r.get('tflops_of_ceiling', nan):.1f}%",
+                f"{r.get('floor_gb', nan):.3f}", f"{r.get('eff_tbs', nan):.3f}",
+                f"{100 * r.get('bw_of_ceiling', nan):.1f}%"] for r in tr])
         if explored:
             table(["shape", "prep pass ms", "prep pass, 4 warps ms", "whole forward mt1/2/4 ms"],
                   [[r["shape"], ms(r, "prep_ms"), ms(r, "prep_4w_ms"),
