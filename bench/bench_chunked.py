@@ -927,10 +927,11 @@ def main():
                "speed-up"],
               [[r["shape"], ms(r, "floor_ms"), ms(r, "ours_gdn2_ms"), ms(r, "ours_qed_ms"), ms(r, "ours_gdn2_4w_ms"),
                 ms(r, "ours_single_ms"), ms(r, "peer_ms"), f"{r.get('speedup', nan):.2f}x"] for r in tr])
-        # Against the ceilings measured in the same call (bench/roofline.py)
-        table(["shape", "ours gdn2 ms", "model GFLOP", "TFLOP/s", "of bf16 matmul", "byte floor GB",
+        # Our GDN-2 forward (first table) against the ceilings measured in the same call
+        # (bench/roofline.py); no time column, so that the gate's table reader skips this table
+        table(["shape", "model GFLOP", "TFLOP/s", "of bf16 matmul", "byte floor GB",
                "effective TB/s", "of copy bandwidth"],
-              [[r["shape"], ms(r, "ours_gdn2_ms"), f"{r.get('model_gflop', nan):.1f}", f"{r.get('tflops', nan):.1f}",
+              [[r["shape"], f"{r.get('model_gflop', nan):.1f}", f"{r.get('tflops', nan):.1f}",
                 f"{100 * r.get('tflops_of_ceiling', nan):.1f}%",
                 f"{r.get('floor_gb', nan):.3f}", f"{r.get('eff_tbs', nan):.3f}",
                 f"{100 * r.get('bw_of_ceiling', nan):.1f}%"] for r in tr])
