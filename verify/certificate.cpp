@@ -97,6 +97,14 @@ std::string str(const nlohmann::json& j, const char* key, const std::string& whe
   return v.get<std::string>();
 }
 
+// A tree state member (git_tree, build_tree): clean, modified or unknown.
+std::string tree_state(const nlohmann::json& j, const char* key, const std::string& where) {
+  std::string v = str(j, key, where);
+  if (v != "clean" && v != "modified" && v != "unknown")
+    throw qed::Error(where + "." + key + ": \"" + v + "\" is none of clean, modified, unknown");
+  return v;
+}
+
 int64_t integer(const nlohmann::json& j, const char* key, const std::string& where) {
   const auto& v = member(j, key, where);
   if (!v.is_number_integer())
@@ -325,12 +333,7 @@ Certificate certificate_from_json(const nlohmann::json& j, const std::string& wh
   cert.machine.cores = static_cast<int>(integer(m, "cores", where + ".machine"));
   if (m.contains("gpu")) cert.machine.gpu = str(m, "gpu", where + ".machine");
   cert.git_commit = str(j, "git_commit", where);
-  if (j.contains("git_tree")) {
-    cert.git_tree = str(j, "git_tree", where);
-    if (cert.git_tree != "clean" && cert.git_tree != "modified" && cert.git_tree != "unknown")
-      throw qed::Error(where + ".git_tree: \"" + cert.git_tree +
-                       "\" is none of clean, modified, unknown");
-  }
+  if (j.contains("git_tree")) cert.git_tree = tree_state(j, "git_tree", where);
   if (j.contains("build_commit")) {
     cert.build_commit = str(j, "build_commit", where);
     const bool hex = cert.build_commit.size() == 40 &&
@@ -338,10 +341,7 @@ Certificate certificate_from_json(const nlohmann::json& j, const std::string& wh
     if (!hex && cert.build_commit != "unknown")
       throw qed::Error(where + ".build_commit: \"" + cert.build_commit +
                        "\" is neither 40 lower-case hex digits nor unknown");
-    cert.build_tree = j.contains("build_tree") ? str(j, "build_tree", where) : "unknown";
-    if (cert.build_tree != "clean" && cert.build_tree != "modified" && cert.build_tree != "unknown")
-      throw qed::Error(where + ".build_tree: \"" + cert.build_tree +
-                       "\" is none of clean, modified, unknown");
+    cert.build_tree = j.contains("build_tree") ? tree_state(j, "build_tree", where) : "unknown";
   }
   if (j.contains("kernel_fingerprint")) cert.kernel_fingerprint = str(j, "kernel_fingerprint", where);
   cert.created = str(j, "created", where);
