@@ -76,6 +76,14 @@ struct Args {
   float max_diag = kMaxDiagExp2;
   int prep_stop = 0;  // benchmark hook: the prep pass returns after its phase prep_stop (0: none)
   int load_mutant = 0;  // testing hook: the state pass's bulk loads leave out the chunk decay
+  // The overlapped forward (chunked_forward.cu, choose_overlap): one flag per (chunk, head),
+  // chunk * H + h, zeroed before the prep pass, which sets it once that blob is written; the state
+  // pass, launched while the prep pass still runs, waits for it before reading the blob. Null:
+  // the passes run one after the other and nothing is flagged.
+  unsigned* ready = nullptr;
+  int overlap_seq_major = 0;  // the persistent prep pass's order: 0 chunk index first (no cu), 1 global chunks
+  int64_t prep_free_slots = 0;  // prep blocks per device the persistent grid leaves room for
+  int ready_mutant = 0;  // testing hook: the state pass does not wait for the flags
   // Set only by the chunked backward's recomputing forward (chunked_backward.cu): the prep pass
   // also writes the backward's blob of every (chunk, head) (BwdLayout, bblob bytes each, at bws),
   // and the state pass stores U of every chunk, fp32 [chunk][H][kC][V], at u_out.
@@ -114,6 +122,33 @@ __device__ __forceinline__ int64_t first_chunk(const Args& A, int64_t n) {
 
 __device__ __forceinline__ char* blob_ptr(const Args& A, int64_t chunk, int64_t h) {
   return A.ws + (chunk * A.H + h) * A.blob;
+}
+
+// ---- the overlapped forward's hand-over (Args::ready) ----
+
+// Prep pass, after every thread of the block has written the blob of (chunk, head): thread 0
+// publishes it (the block barrier orders the block's stores before its release at gpu scope).
+__device__ __forceinline__ void ready_publish(unsigned* flag) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(1u) : "memory");
+  }
+}
+
+// State pass, one warp: lane 0 waits (acquire at gpu scope) until the blob is published, then the
+// warp's lanes order their later copies (bulk copies run in the async proxy) after that acquire.
+__device__ __forceinline__ void ready_wait(const unsigned* flag, int lane) {
+  if (lane == 0) {
+    unsigned v = 0;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+      if (v != 0) break;
+      __nanosleep(64);
+    }
+  }
+  __syncwarp();
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 // ---- element access ----
@@ -273,8 +308,9 @@ int64_t bwd_lm_offset(int K, Mode m);  // of L in the backward's blob
 int64_t bwd_pj_offset(int K, Mode m);  // of the per-row (k.k, k.m) pairs in the backward's blob
 // Shared memory the launches need (to check against the device limit).
 int prep_smem_bytes(int K, bool fp32_inputs);
-int state_smem_bytes(int K, int MT, Mode m);
-int state_warps(int K);  // warps per block of the state pass (4, or 8 on request at K = 128)
+int state_smem_bytes(int K, int MT, Mode m, bool overlap = false);
+// warps per block of the state pass: 4, or 8 at K = 128 in the overlapped forward or on request
+int state_warps(int K, bool overlap = false);
 cudaError_t launch_chunk_base(const Args& A, int64_t* base, cudaStream_t st);
 cudaError_t launch_prep(const Args& A, bool fp32_inputs, Mode m, int64_t grid_chunks,
                         cudaStream_t st);
@@ -294,6 +330,7 @@ Status forward_for_backward(const ChunkedForwardParams& p, const BwdHooks& hooks
 Args recompute_args(const ChunkedForwardParams& p, const BwdHooks& hooks);
 size_t forward_workspace_bytes(const Problem& pr, Mode m);  // of the forward in mode m
 int num_sms();  // multiprocessors of the current device (cached)
+size_t ready_flag_bytes(const Problem& pr);  // the overlapped forward's flags in the workspace
 // Whether a [B,T,H,D] tensor's rows may be read in 16-byte pieces (no tensor: nothing to read).
 template <class Tensor>
 inline bool rows_aligned16(const Tensor& t, int elem) {

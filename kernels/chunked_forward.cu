@@ -1,6 +1,7 @@
 // Host side of the chunked forward (kernels/chunked_api.hpp): argument checks, the workspace
-// (chunk bases of packed sequences + one fragment blob per chunk and head), the choice of the
-// value-tile width, and the two launches (chunk-parallel prep, sequential state pass).
+// (chunk bases of packed sequences, one ready flag and one fragment blob per chunk and head), the
+// choice of the value-tile width, and the two launches (chunk-parallel prep, sequential state
+// pass): one after the other, or overlapped where the state pass has few blocks (choose_plan).
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -32,8 +33,9 @@ chunked::Seq seq_of(const SeqTensor& t) {
 }
 
 // Testing hook: QEDCHECK_CHUNKED_MUTANT=single (one bf16 term on the state path, the accuracy
-// of a plain bf16 kernel), =nofallback (no element-wise path for steep decays) or =bulkload (the
-// state pass's bulk-copy loads leave out the chunk decay). Used by the GPU tests to show that
+// of a plain bf16 kernel), =nofallback (no element-wise path for steep decays), =bulkload (the
+// state pass's bulk-copy loads leave out the chunk decay) or =nowait (the overlapped state pass
+// reads the blobs without waiting for them). Used by the GPU tests to show that
 // their accuracy, extreme-decay and load-path checks fail on such kernels.
 const char* mutant() {
   const char* m = std::getenv("QEDCHECK_CHUNKED_MUTANT");
@@ -50,28 +52,53 @@ int64_t chunk_bound(const Problem& pr) {
   return pr.cu_seqlens ? per + pr.sequences() : pr.B * per;
 }
 
-// Value-tile width 16*MT: the widest tile that still gives enough blocks to fill the machine
-// (wider tiles re-read the workspace fewer times): about two four-warp blocks per multiprocessor
-// (they share one), about one eight-warp block. Measured on an H200 (reports/device/chunked.md
-// runs 7 and 9), four warps: [8,4096,16,128] best at MT=4 (0.604 ms against 0.815 at MT=2),
-// [2,16384,16,128] at MT=1 (0.718 against 0.768), [1,65536,8,128] at MT=1; eight warps: MT = 4,
-// 2, 1. QEDCHECK_CHUNKED_MT overrides.
-int choose_mt(const ChunkedForwardParams& p, Mode m) {
+// How the state pass runs: its value-tile width 16*MT, and whether it overlaps the prep pass.
+struct StatePlan {
+  int mt = 1;
+  bool overlap = false;
+};
+
+// Overlapped (Args::ready): where the narrowest tile (16 columns) leaves at most one walking
+// block per two multiprocessors, the state pass starts with the prep pass and walks the chunks as
+// their blobs appear, instead of after all of them: at [1,65536,8,128] (64 blocks) on an H100 the
+// forward takes 2.73-2.78 ms against 3.35-3.36 in series (reports/device/chunked.md run 21).
+// Wider tiles are not overlapped: at [2,16384,16,128] the overlapped forward took 2.83 ms at
+// 32 columns and 3.04-3.11 at 64, against 1.94 in series (the prep pass, left fewer blocks,
+// becomes the longer one). Otherwise the widest tile that still gives enough blocks to fill the
+// machine (wider tiles re-read the workspace fewer times): about two four-warp blocks per
+// multiprocessor (they share one). Measured on an H200 (runs 7 and 9), four warps, passes in
+// series: [8,4096,16,128] best at MT=4 (0.604 ms against 0.815 at MT=2), [2,16384,16,128] at MT=1
+// (0.718 against 0.768), [1,65536,8,128] at MT=1. QEDCHECK_CHUNKED_MT and
+// QEDCHECK_CHUNKED_OVERLAP=0|1 override (1: overlap at any tile width and block count).
+StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
   const Problem& pr = p.problem;
   const int64_t lanes = pr.sequences() * pr.H;
   const int64_t vt16 = pr.V / 16;
   const int max_mt = m == Mode::fp32 ? 2 : 4;
+  const char* ov = std::getenv("QEDCHECK_CHUNKED_OVERLAP");
+  const bool ov_off = ov && std::strcmp(ov, "0") == 0, ov_on = ov && std::strcmp(ov, "1") == 0;
+  const int64_t sms = chunked::num_sms();
+  StatePlan plan;
   if (const char* e = std::getenv("QEDCHECK_CHUNKED_MT")) {
     const int mt = std::atoi(e);
-    if ((mt == 1 || mt == 2 || mt == 4) && mt <= max_mt && vt16 % mt == 0) return mt;
+    if ((mt == 1 || mt == 2 || mt == 4) && mt <= max_mt && vt16 % mt == 0) {
+      plan.mt = mt;
+      plan.overlap = ov_on || (!ov_off && mt == 1 && 2 * lanes * vt16 <= sms);
+      return plan;
+    }
   }
+  if (ov_on || (!ov_off && 2 * lanes * vt16 <= sms)) return {1, true};
   // Blocks wanted, in eighths of a multiprocessor: 14/8 for four warps with bulk loads (K = 128),
   // 7/8 otherwise (eight warps, and K = 64 as measured before).
-  const bool four = pr.K == 128 && chunked::state_warps(128) == 4;
-  const int64_t want = (four ? 14 : 7) * int64_t{chunked::num_sms()};
+  const bool four = pr.K == 128 && chunked::state_warps(128, plan.overlap) == 4;
+  const int64_t want = (four ? 14 : 7) * sms;
+  plan.mt = 1;
   for (int mt = max_mt; mt > 1; mt /= 2)
-    if (vt16 % mt == 0 && 8 * lanes * (vt16 / mt) >= want) return mt;
-  return 1;
+    if (vt16 % mt == 0 && 8 * lanes * (vt16 / mt) >= want) {
+      plan.mt = mt;
+      break;
+    }
+  return plan;
 }
 
 Status check(const ChunkedForwardParams& p) {
@@ -154,6 +181,7 @@ Args make_args(const ChunkedForwardParams& p, Mode m) {
   A.vec_vw = rows_aligned16(p.in.v, elem) && (!chan_b || rows_aligned16(p.in.w, elem));
   if (std::strcmp(mutant(), "nofallback") == 0) A.max_diag = 1e30f;
   if (std::strcmp(mutant(), "bulkload") == 0) A.load_mutant = 1;
+  if (std::strcmp(mutant(), "nowait") == 0) A.ready_mutant = 1;
   // Benchmark hook: QEDCHECK_CHUNKED_PREP_STOP=k (1..7) ends the prep pass after its phase k
   // (load, decay cumsum, QED prologue, T/M, L with K^/Q~, A~, v/w load; W_a/W_z is the rest), to
   // time the phases by difference. Its workspace output is then incomplete.
@@ -178,9 +206,14 @@ int num_sms() {
   return n;
 }
 
+size_t ready_flag_bytes(const Problem& pr) {
+  return (static_cast<size_t>(chunk_bound(pr)) * static_cast<size_t>(pr.H) * 4 + 255) / 256 * 256;
+}
+
 size_t forward_workspace_bytes(const Problem& pr, Mode m) {
-  return base_bytes(pr) + static_cast<size_t>(chunk_bound(pr)) * static_cast<size_t>(pr.H) *
-                              static_cast<size_t>(blob_bytes(static_cast<int>(pr.K), pr.V, m));
+  return base_bytes(pr) + ready_flag_bytes(pr) +
+         static_cast<size_t>(chunk_bound(pr)) * static_cast<size_t>(pr.H) *
+             static_cast<size_t>(blob_bytes(static_cast<int>(pr.K), pr.V, m));
 }
 }  // namespace chunked
 
@@ -196,7 +229,8 @@ namespace {
 // blobs), with the backward's hooks where given.
 Args args_for(const ChunkedForwardParams& p, Mode m, void* ws, const chunked::BwdHooks* hooks) {
   Args A = make_args(p, m);
-  A.ws = static_cast<char*>(ws) + base_bytes(p.problem);
+  // workspace: chunk bases (varlen), the overlapped forward's flags, the blobs
+  A.ws = static_cast<char*>(ws) + base_bytes(p.problem) + chunked::ready_flag_bytes(p.problem);
   if (hooks) {
     A.bws = hooks->bws;
     A.bblob = hooks->bblob;
@@ -212,7 +246,8 @@ Status run_forward(const ChunkedForwardParams& p, Mode m, const chunked::BwdHook
   if (Status s = device_status(); !s.ok()) return s;
   const Problem& pr = p.problem;
   const size_t need = chunked::forward_workspace_bytes(pr, m);
-  const int MT = choose_mt(p, m);
+  const StatePlan plan = choose_plan(p, m);
+  const int MT = plan.mt;
   cudaStream_t st = reinterpret_cast<cudaStream_t>(pr.stream);
   void* ws = p.workspace;
   bool owned = false;
@@ -235,6 +270,18 @@ Status run_forward(const ChunkedForwardParams& p, Mode m, const chunked::BwdHook
   const char* only = std::getenv("QEDCHECK_CHUNKED_ONLY");
   const bool do_prep = !only || std::strcmp(only, "state") != 0;
   const bool do_state = !only || std::strcmp(only, "prep") != 0;
+  if (do_prep && plan.overlap) {
+    A.ready = reinterpret_cast<unsigned*>(static_cast<char*>(ws) + base_bytes(pr));
+    A.overlap_seq_major = pr.cu_seqlens ? 1 : 0;
+    // one prep block fewer for every state block, or as many as its shared memory needs
+    // (QEDCHECK_CHUNKED_OVERLAP_SLOTS=k: k times that, for the side-by-side timing)
+    const int ps = chunked::prep_smem_bytes(static_cast<int>(pr.K), p.in.q.dtype == DType::fp32);
+    const int ss = chunked::state_smem_bytes(static_cast<int>(pr.K), MT, m, true);
+    int64_t per = (ss + ps - 1) / ps;
+    if (const char* e = std::getenv("QEDCHECK_CHUNKED_OVERLAP_SLOTS"); e && std::atoi(e) > 0) per *= std::atoi(e);
+    A.prep_free_slots = pr.sequences() * pr.H * (pr.V / (16 * MT)) * per;
+    if (e == cudaSuccess) e = cudaMemsetAsync(A.ready, 0, chunked::ready_flag_bytes(pr), st);
+  }
   if (e == cudaSuccess && do_prep)
     e = chunked::launch_prep(A, p.in.q.dtype == DType::fp32, m, A.chunk_bound, st);
   if (e == cudaSuccess && do_state) e = chunked::launch_state(A, m, MT, st);

@@ -127,17 +127,18 @@ __device__ __forceinline__ bool tm_item(int warp, int it, int& I, int& nt) {
 // BWD: the chunked backward's recompute, which also writes the backward's blob (BwdLayout, NT
 // terms throughout) from the same values: transposed fragments by movmatrix where the forward's
 // come from accumulators (M, W_a), the others computed like their forward twins, and L.
+// One (chunk gc, head h) of the pass: every thread of the block calls it (its early returns are
+// the same for the whole block).
 template <class InT, int K, int NT, int NTQ, int NW, bool BWD>
-__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Args A, int64_t grid_chunks) {
+__device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, int64_t gc, int64_t h,
+                                          unsigned char* smem_raw) {
   static_assert(NW == 4 || NW == 8, "prep_kernel: 4 or 8 warps");
   constexpr int NTH = NW * 32;
   using Lw = WsLayout<K, NT, NTQ>;
   using Lb = BwdLayout<K, NT>;
   using Sm = PrepSmem<InT, K>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
   Sm& s = *reinterpret_cast<Sm*>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t h = blockIdx.y, gc = blockIdx.x;
 
   // Which sequence and which of its chunks this block is.
   int64_t seq, nloc;
@@ -689,6 +690,38 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
   }
 }
 
+// Without A.ready: one block per (chunk, head), grid (grid_chunks, H). With it (the overlapped
+// forward): a persistent grid whose blocks take the (chunk, head) items in the order the state
+// pass walks them (the chunk's index in its sequence first when no cu_seqlens is given, so that
+// every sequence's next chunk is ready at about the same time), publishing each blob when it is
+// written. It lets the state pass launch at once (programmatic dependent launch), which then waits
+// for the flags, not for this grid: if that launch is not overlapped (no support, a profiler, a
+// sanitizer), the state pass simply starts after this grid and finds every flag set.
+template <class InT, int K, int NT, int NTQ, int NW, bool BWD>
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Args A, int64_t grid_chunks) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  if (!A.ready) {
+    prep_item<InT, K, NT, NTQ, NW, BWD>(A, grid_chunks, blockIdx.x, blockIdx.y, smem_raw);
+    return;
+  }
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  const int64_t items = grid_chunks * A.H;
+  const int64_t lanes = A.N * A.H;
+  for (int64_t i = blockIdx.x; i < items; i += gridDim.x) {
+    int64_t gc, h;
+    if (!A.overlap_seq_major) {  // i = (ci * N + seq) * H + h, gc = seq * chunks_per_seq + ci
+      const int64_t ci = i / lanes, rest = i % lanes;
+      gc = (rest / A.H) * A.chunks_per_seq + ci;
+      h = rest % A.H;
+    } else {
+      gc = i / A.H;
+      h = i % A.H;
+    }
+    prep_item<InT, K, NT, NTQ, NW, BWD>(A, grid_chunks, gc, h, smem_raw);
+    ready_publish(A.ready + gc * A.H + h);  // also the barrier before the next item reuses smem
+  }
+}
+
 // Chunk bases of packed sequences: base[n] = sum_{m<n} ceil(len_m / 64), one block.
 __global__ void chunk_base_kernel(const Args A, int64_t* base) {
   __shared__ int64_t sums[1024];
@@ -721,6 +754,18 @@ cudaError_t launch_prep_t(const Args& A, int64_t grid_chunks, cudaStream_t st) {
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   if (grid_chunks == 0 || A.H == 0) return cudaSuccess;
+  if (A.ready) {
+    // persistent: the blocks that fit beside the state pass's (overlap_blocks, chunked_forward.cu)
+    int per_sm = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem);
+    if (e != cudaSuccess) return e;
+    const int64_t items = grid_chunks * A.H, sms = num_sms();
+    int64_t blocks = int64_t{per_sm} * sms - A.prep_free_slots;
+    if (blocks < sms) blocks = sms;
+    if (blocks > items) blocks = items;
+    kern<<<dim3(static_cast<unsigned>(blocks)), NW * 32, smem, st>>>(A, grid_chunks);
+    return cudaGetLastError();
+  }
   kern<<<dim3(static_cast<unsigned>(grid_chunks), static_cast<unsigned>(A.H)), NW * 32, smem, st>>>(
       A, grid_chunks);
   return cudaGetLastError();

@@ -49,9 +49,12 @@ __device__ __forceinline__ void store_out(const Args& A, int64_t idx, float x) {
 // in phase B the products into two accumulators of their own (even and odd chunk-row blocks)
 // added to the decayed state after the loop. Other rounding order than ILP = false (not bitwise
 // the same).
-template <int K, int MT, int NT, int NTQ, int NW, int LD, bool ILP = false>
+// OUT = false (benchmark hook QEDCHECK_CHUNKED_STATE_NOOUT=1 only): the state alone, without the
+// read-out (no Q̃ᵀ, Mᵀ loads or products, o not written), to time what the o path costs a step.
+template <int K, int MT, int NT, int NTQ, int NW, int LD, bool ILP = false, bool OUT = true>
 __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
   static_assert(!ILP || MT == 1, "state_kernel: ILP is for one value tile");
+  static_assert(OUT || LD == 1, "state_kernel: the state-only instance loads by bulk copies");
   using Lw = WsLayout<K, NT, NTQ>;
   using Z = StateSizes<K, MT, NT, NTQ, NW>;
   using Sh = WarpShare<K, NW>;
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
   // Mᵀ slots [rb][kb <= rb][nt0..][lane], and the decay of its channels.
   // LD = 1: lane 0 announces the bytes, then every lane issues its segments (after a proxy fence:
   // the buffer's last generic reads, ordered by the block barrier before every load, come first).
-  constexpr int kBytesA = NKB * RT * (FB + FQ) + MT * RT * 512;
+  constexpr int kBytesA = NKB * RT * (FB + (OUT ? FQ : 0)) + MT * RT * 512;
   auto loadA_bulk = [&](int64_t ci) {
     const char* bl = blob_ptr(A, c0 + ci, h);
     if (lane == 0)
@@ -96,24 +99,27 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     int base = 0;
     bulk_segs(bufA, bl + Lw::kWA + (rb * NKB * 2 + nt0) * FB, NKB, RT * FB, 2 * FB, lane, base, barA);
-    bulk_segs(bufA + Z::aWA, bl + Lw::kQT + (rb * NKB * 2 + nt0) * FQ, NKB, RT * FQ, 2 * FQ, lane, base, barA);
+    if (OUT) bulk_segs(bufA + Z::aWA, bl + Lw::kQT + (rb * NKB * 2 + nt0) * FQ, NKB, RT * FQ, 2 * FQ, lane, base, barA);
     bulk_segs(bufA + Z::aWA + Z::aQT, bl + Lw::kWZ + (((vt * MT) * 4 + rb) * 2 + nt0) * 512, MT, RT * 512, 4 * 2 * 512,
               lane, base, barA);
   };
   auto loadB_bulk = [&](int64_t ci) {
     const char* bl = blob_ptr(A, c0 + ci, h);
-    const int bytes = 4 * NN * FB + (rb + 1) * RT * FQ + (A.load_mutant ? 0 : KW * 4);
+    const int bytes = 4 * NN * FB + (OUT ? (rb + 1) * RT * FQ : 0) + (A.load_mutant ? 0 : KW * 4);
     if (lane == 0)
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barB), "r"(bytes) : "memory");
     __syncwarp();
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     int base = 0;
     bulk_segs(bufB, bl + Lw::kKH + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB, Sh::NQ4 * FB, lane, base, barB);
-    bulk_segs(bufB + Z::bKH, bl + Lw::kMM + (rb * 4 * 2 + nt0) * FQ, rb + 1, RT * FQ, 2 * FQ, lane, base, barB);
+    if (OUT) bulk_segs(bufB + Z::bKH, bl + Lw::kMM + (rb * 4 * 2 + nt0) * FQ, rb + 1, RT * FQ, 2 * FQ, lane, base, barB);
     if (!A.load_mutant)  // testing hook: the decay of this warp's channels is never loaded
       bulk_segs(bufB + Z::bKH + Z::bMM, bl + Lw::kGC + warp * KW * 4, 1, KW * 4, KW * 4, lane, base, barB);
   };
   auto loadA = [&](int64_t ci) {
+    // the overlapped forward: chunk ci's blob may still be in the making (loadB(ci) follows
+    // loadA(ci) and needs no second wait)
+    if (A.ready && !A.ready_mutant) ready_wait(A.ready + (c0 + ci) * A.H + h, lane);
     if constexpr (LD == 1) {
       loadA_bulk(ci);
       return;
@@ -222,11 +228,11 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
           const int slot = (kb * RT + nt) * 32 + lane;
           uint32_t bw[NT * 2], bq[NTQ * 2];
           load_b<NT>(bufA + slot * NT * 8, bw);
-          load_b<NTQ>(bufA + Z::aWA + slot * NTQ * 8, bq);
+          if (OUT) load_b<NTQ>(bufA + Z::aWA + slot * NTQ * 8, bq);
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
             mma_split<NT, NT>(accU[kb % NC][m][nt], aS[m], bw);
-            mma_split<NT, NTQ>(accP[kb % NC][m][nt], aS[m], bq);
+            if (OUT) mma_split<NT, NTQ>(accP[kb % NC][m][nt], aS[m], bq);
           }
         }
       }
@@ -326,7 +332,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
               mma_split<NT, NT>(accS[m][n], aU[m], bk);
           }
         }
-        if (kb <= rb) {
+        if (OUT && kb <= rb) {
 #pragma unroll
           for (int nt = 0; nt < RT; ++nt) {
             uint32_t bm[NTQ * 2];
@@ -352,7 +358,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int row = 16 * rb + 8 * (nt0 + nt) + 2 * t + (e & 1);
-            if (row < Cn)
+            if (OUT && row < Cn)
               store_out(A, sp.brow * A.o_sb + (tok0 + row) * A.o_st + h * A.o_sh + vcol(m, e),
                         A.scale * aP0[m][nt][e]);
           }
@@ -380,12 +386,17 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
 // with cp.async 1.800 / 1.772 / 3.125, eight warps with bulk copies 1.714 / 1.941 / 3.699. So
 // four warps with bulk copies by default at K = 128, cp.async whenever eight warps are asked for
 // (and at K = 64, not timed with bulk copies).
+// The overlapped forward (a few walking blocks beside a running prep pass, chunked_forward.cu)
+// takes eight warps with cp.async: at [1,65536,8,128] on an H100 2.71 ms against 2.88 with four
+// (reports/device/chunked.md run 21).
 // QEDCHECK_CHUNKED_STATE_WARPS=4|8 (8 only at K = 128) and QEDCHECK_CHUNKED_STATE_LOAD=bulk|cpasync
 // override (side-by-side timing and the bitwise tests).
-int state_warps(int K) {
+int state_warps(int K, bool overlap) {
   if (K != 128) return 4;
   const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_WARPS");
-  return e && std::strcmp(e, "8") == 0 ? 8 : 4;
+  if (e && std::strcmp(e, "8") == 0) return 8;
+  if (e && std::strcmp(e, "4") == 0) return 4;
+  return overlap ? 8 : 4;
 }
 
 namespace {
@@ -410,15 +421,32 @@ template <int K, int MT, int NT, int NTQ, int NW>
 cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
   using Z = StateSizes<K, MT, NT, NTQ, NW>;
   auto kern = bulk_loads(K, NW) ? state_kernel<K, MT, NT, NTQ, NW, 1> : state_kernel<K, MT, NT, NTQ, NW, 0>;
-  if constexpr (MT == 1 && NT == 2 && K == 128)
+  if constexpr (MT == 1 && NT == 2 && K == 128) {
     if (state_ilp())
       kern = bulk_loads(K, NW) ? state_kernel<K, 1, NT, NTQ, NW, 1, true> : state_kernel<K, 1, NT, NTQ, NW, 0, true>;
+    if (const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_NOOUT"); e && std::strcmp(e, "1") == 0)
+      kern = state_kernel<K, 1, NT, NTQ, NW, 1, true, false>;
+  }
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
   if (e != cudaSuccess) return e;
   const int64_t vt = A.V / (16 * MT);
   if (A.N == 0 || A.H == 0) return cudaSuccess;
-  kern<<<dim3(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(vt)),
-         NW * 32, Z::total, st>>>(A);
+  const dim3 grid(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(vt));
+  if (A.ready) {
+    // the overlapped forward: may start while the prep pass runs (it waits on A.ready's flags)
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(NW * 32);
+    cfg.dynamicSmemBytes = Z::total;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, A);
+  }
+  kern<<<grid, NW * 32, Z::total, st>>>(A);
   return cudaGetLastError();
 }
 
@@ -458,9 +486,9 @@ int state_smem_k(int MT, Mode m) {
 
 }  // namespace
 
-int state_smem_bytes(int K, int MT, Mode m) {
+int state_smem_bytes(int K, int MT, Mode m, bool overlap) {
   if (K == 64) return state_smem_k<64, 4>(MT, m);
-  return state_warps(K) == 8 ? state_smem_k<128, 8>(MT, m) : state_smem_k<128, 4>(MT, m);
+  return state_warps(K, overlap) == 8 ? state_smem_k<128, 8>(MT, m) : state_smem_k<128, 4>(MT, m);
 }
 
 int64_t blob_bytes(int K, int64_t V, Mode m) {
@@ -477,7 +505,8 @@ int64_t blob_bytes(int K, int64_t V, Mode m) {
 
 cudaError_t launch_state(const Args& A, Mode m, int MT, cudaStream_t st) {
   if (A.K == 64) return launch_state_m<64, 4>(A, m, MT, st);
-  return state_warps(128) == 8 ? launch_state_m<128, 8>(A, m, MT, st) : launch_state_m<128, 4>(A, m, MT, st);
+  return state_warps(128, A.ready != nullptr) == 8 ? launch_state_m<128, 8>(A, m, MT, st)
+                                                   : launch_state_m<128, 4>(A, m, MT, st);
 }
 
 }  // namespace qed::kernels::chunked

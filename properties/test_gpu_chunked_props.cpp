@@ -1,9 +1,10 @@
 // Properties of the CUDA chunked forward beyond accuracy: state passing across calls (P2),
 // packed sequences equal separate calls bit for bit, determinism, steep decays (g = -20 per step:
 // finite and accurate) and alpha = 1, poisoned outputs fully overwritten, agreement with the
-// CUDA recurrent kernel, the 8-warp state pass bitwise equal to the 4-warp one, argument checks,
-// and two mutants (one bf16 term on the state path; no
-// element-wise path for steep decays) that the accuracy and decay checks must catch.
+// CUDA recurrent kernel, the 8-warp state pass bitwise equal to the 4-warp one, the overlapped
+// forward bitwise equal to the passes in series, argument checks, and mutants (one bf16 term on
+// the state path; no element-wise path for steep decays; no wait for the prep pass's blobs) that
+// the accuracy, decay and overlap checks must catch.
 // Replay: QED_GPU_SEED=<seed> ./test_gpu_chunked_props --gtest_filter=<test>
 #include <algorithm>
 #include <cstdlib>
@@ -327,6 +328,93 @@ TEST(GpuChunkedProps, StateIlpAgreesWithDefault) {
   ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", "bulkload");
   const auto bad = kernels::run_chunked(in, DType::bf16, true);
   EXPECT_GT(rel_err(bad.outputs.ht, base.outputs.ht), 1e-5) << "the bulkload mutant was not detected";
+}
+
+// The overlapped forward (the state pass launched beside a persistent prep pass, waiting on one
+// flag per blob) against the passes one after the other: the same arithmetic in the same order,
+// so bitwise equal, whether the prep pass takes the chunks in their order within each sequence
+// (no cu_seqlens) or in global order (packed), at every tile width, both dtypes, and through the
+// training pair's saving forward. Its mutant: MutantNoWaitIsCaught below.
+TEST(GpuChunkedProps, OverlappedForwardAgreesBitwise) {
+  REQUIRE_DEVICE();
+  int i = 0;
+  for (const auto& [v, a] : all_variants()) {
+    for (const bool packed : {true, false}) {
+      fixtures::GenSpec g;
+      g.variant = v;
+      g.arm = a;
+      g.dims = packed ? reference::Dims{1, 500, 2, 128, i % 2 ? 128 : 64} : reference::Dims{3, 300, 2, 128, 128};
+      if (packed) g.seqlens = {130, 0, 64, 1, 305};
+      g.regime = i % 2 ? Regime::hard : Regime::mixed;
+      g.with_h0 = true;
+      g.seed = base_seed() + 370 + static_cast<uint64_t>(i++);
+      const auto in = fixtures::generate(g);
+      for (const DType dt : {DType::bf16, DType::fp32}) {
+        for (const char* mt : {"1", "2", "4"}) {
+          if (dt == DType::fp32 && std::strcmp(mt, "4") == 0) continue;  // fp32 tiles: 1 and 2
+          if (g.dims.V == 64 && std::strcmp(mt, "4") == 0) continue;
+          ScopedEnv tile("QEDCHECK_CHUNKED_MT", mt);
+          kernels::ChunkedHostRun serial, overlapped;
+          {
+            ScopedEnv off("QEDCHECK_CHUNKED_OVERLAP", "0");
+            serial = kernels::run_chunked(in, dt, true);
+          }
+          {
+            ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
+            overlapped = kernels::run_chunked(in, dt, true);
+          }
+          EXPECT_TRUE(serial.outputs.o == overlapped.outputs.o && serial.outputs.ht == overlapped.outputs.ht &&
+                      serial.chunk_states == overlapped.chunk_states)
+              << describe(g, dt) << " MT " << mt << ": the overlapped forward differs from the serial one";
+          EXPECT_TRUE(all_finite(overlapped.outputs.o) && all_finite(overlapped.outputs.ht)) << describe(g, dt);
+        }
+      }
+    }
+  }
+  {  // the training pair (the saving forward writes the backward's blobs and U as well)
+    fixtures::GenSpec g;
+    g.variant = Variant::qed;
+    g.arm = Arm::full;
+    g.dims = {1, 300, 2, 128, 128};
+    g.seqlens = {65, 0, 171, 64};
+    g.with_h0 = true;
+    g.seed = base_seed() + 390;
+    const auto in = fixtures::generate(g);
+    const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
+    kernels::ChunkedHostRun serial, overlapped;
+    {
+      ScopedEnv off("QEDCHECK_CHUNKED_OVERLAP", "0");
+      serial = kernels::run_chunked_training(in, cot, DType::bf16);
+    }
+    {
+      ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
+      overlapped = kernels::run_chunked_training(in, cot, DType::bf16);
+    }
+    EXPECT_TRUE(serial.grads.dq == overlapped.grads.dq && serial.grads.dk == overlapped.grads.dk &&
+                serial.grads.dv == overlapped.grads.dv && serial.grads.dg == overlapped.grads.dg &&
+                serial.grads.db == overlapped.grads.db && serial.grads.dw == overlapped.grads.dw &&
+                serial.grads.dh0 == overlapped.grads.dh0 && serial.outputs.o == overlapped.outputs.o)
+        << describe(g, DType::bf16) << ": the training pair differs with the overlapped forward";
+  }
+}
+
+// Mutation check of the overlapped forward's hand-over: without the wait the state pass reads
+// blobs the prep pass has not written yet (the workspace is NaN-poisoned). Only while the passes
+// really overlap: under compute-sanitizer or a profiler the state pass starts after the prep pass
+// and the mutant is harmless, so this test is not in the sanitized subsets.
+TEST(GpuChunkedProps, MutantNoWaitIsCaught) {
+  REQUIRE_DEVICE();
+  fixtures::GenSpec g;
+  g.variant = Variant::gdn2;
+  g.dims = {1, 4096, 2, 128, 128};
+  g.seed = base_seed() + 391;
+  const auto in = fixtures::generate(g);
+  ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
+  const auto good = kernels::run_chunked(in, DType::bf16, false);
+  ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", "nowait");
+  const auto bad = kernels::run_chunked(in, DType::bf16, false);
+  EXPECT_FALSE(bad.outputs.o == good.outputs.o && bad.outputs.ht == good.outputs.ht)
+      << "the nowait mutant was not detected (under a sanitizer or profiler it cannot be)";
 }
 
 fixtures::GenSpec steep(Variant v, Arm a, uint64_t seed) {
