@@ -56,6 +56,7 @@ int64_t chunk_bound(const Problem& pr) {
 struct StatePlan {
   int mt = 1;
   bool overlap = false;
+  int64_t blocks = 0;  // of the state pass: sequences x heads x value tiles
 };
 
 // Overlapped (Args::ready): where the narrowest tile (16 columns) leaves at most one walking
@@ -79,15 +80,19 @@ StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
   const bool ov_off = ov && std::strcmp(ov, "0") == 0, ov_on = ov && std::strcmp(ov, "1") == 0;
   const int64_t sms = chunked::num_sms();
   StatePlan plan;
+  auto with_blocks = [&](StatePlan pl) {
+    pl.blocks = lanes * (vt16 / pl.mt);
+    return pl;
+  };
   if (const char* e = std::getenv("QEDCHECK_CHUNKED_MT")) {
     const int mt = std::atoi(e);
     if ((mt == 1 || mt == 2 || mt == 4) && mt <= max_mt && vt16 % mt == 0) {
       plan.mt = mt;
       plan.overlap = ov_on || (!ov_off && mt == 1 && 2 * lanes * vt16 <= sms);
-      return plan;
+      return with_blocks(plan);
     }
   }
-  if (ov_on || (!ov_off && 2 * lanes * vt16 <= sms)) return {1, true};
+  if (ov_on || (!ov_off && 2 * lanes * vt16 <= sms)) return with_blocks({1, true});
   // Blocks wanted, in eighths of a multiprocessor: 14/8 for four warps with bulk loads (K = 128),
   // 7/8 otherwise (eight warps, and K = 64 as measured before).
   const bool four = pr.K == 128 && chunked::state_warps(128, plan.overlap) == 4;
@@ -98,7 +103,7 @@ StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
       plan.mt = mt;
       break;
     }
-  return plan;
+  return with_blocks(plan);
 }
 
 Status check(const ChunkedForwardParams& p) {
@@ -279,7 +284,7 @@ Status run_forward(const ChunkedForwardParams& p, Mode m, const chunked::BwdHook
     const int ss = chunked::state_smem_bytes(static_cast<int>(pr.K), MT, m, true);
     int64_t per = (ss + ps - 1) / ps;
     if (const char* e = std::getenv("QEDCHECK_CHUNKED_OVERLAP_SLOTS"); e && std::atoi(e) > 0) per *= std::atoi(e);
-    A.prep_free_slots = pr.sequences() * pr.H * (pr.V / (16 * MT)) * per;
+    A.prep_free_slots = plan.blocks * per;
     if (e == cudaSuccess) e = cudaMemsetAsync(A.ready, 0, chunked::ready_flag_bytes(pr), st);
   }
   if (e == cudaSuccess && do_prep)

@@ -755,7 +755,7 @@ cudaError_t launch_prep_t(const Args& A, int64_t grid_chunks, cudaStream_t st) {
   if (e != cudaSuccess) return e;
   if (grid_chunks == 0 || A.H == 0) return cudaSuccess;
   if (A.ready) {
-    // persistent: the blocks that fit beside the state pass's (overlap_blocks, chunked_forward.cu)
+    // persistent: the blocks that fit beside the state pass's (prep_free_slots: run_forward)
     int per_sm = 0;
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem);
     if (e != cudaSuccess) return e;
