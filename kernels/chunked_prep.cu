@@ -761,7 +761,11 @@ cudaError_t launch_prep_t(const Args& A, int64_t grid_chunks, cudaStream_t st) {
     if (e != cudaSuccess) return e;
     const int64_t items = grid_chunks * A.H, sms = num_sms();
     int64_t blocks = int64_t{per_sm} * sms - A.prep_free_slots;
-    if (blocks < sms) blocks = sms;
+    // at least half the machine's prep blocks (a forced overlap of many walkers); with one prep
+    // block a multiprocessor (the fp32 inputs' pass) the walkers still get multiprocessors of
+    // their own
+    const int64_t least = (int64_t{per_sm} * sms + 1) / 2;
+    if (blocks < least) blocks = least;
     if (blocks > items) blocks = items;
     kern<<<dim3(static_cast<unsigned>(blocks)), NW * 32, smem, st>>>(A, grid_chunks);
     return cudaGetLastError();
