@@ -76,7 +76,7 @@ struct Args {
   float max_diag = kMaxDiagExp2;
   int prep_stop = 0;  // benchmark hook: the prep pass returns after its phase prep_stop (0: none)
   int load_mutant = 0;  // testing hook: the state pass's bulk loads leave out the chunk decay
-  // The overlapped forward (chunked_forward.cu, choose_overlap): one flag per (chunk, head),
+  // The overlapped forward (chunked_forward.cu, choose_plan): one flag per (chunk, head),
   // chunk * H + h, zeroed before the prep pass, which sets it once that blob is written; the state
   // pass, launched while the prep pass still runs, waits for it before reading the blob. Null:
   // the passes run one after the other and nothing is flagged.

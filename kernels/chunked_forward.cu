@@ -79,6 +79,8 @@ StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
   const char* ov = std::getenv("QEDCHECK_CHUNKED_OVERLAP");
   const bool ov_off = ov && std::strcmp(ov, "0") == 0, ov_on = ov && std::strcmp(ov, "1") == 0;
   const int64_t sms = chunked::num_sms();
+  // at most one walking block per two multiprocessors at the 16-column tile
+  const bool few = 2 * lanes * vt16 <= sms;
   StatePlan plan;
   auto with_blocks = [&](StatePlan pl) {
     pl.blocks = lanes * (vt16 / pl.mt);
@@ -88,14 +90,14 @@ StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
     const int mt = std::atoi(e);
     if ((mt == 1 || mt == 2 || mt == 4) && mt <= max_mt && vt16 % mt == 0) {
       plan.mt = mt;
-      plan.overlap = ov_on || (!ov_off && mt == 1 && 2 * lanes * vt16 <= sms);
+      plan.overlap = ov_on || (!ov_off && mt == 1 && few);
       return with_blocks(plan);
     }
   }
-  if (ov_on || (!ov_off && 2 * lanes * vt16 <= sms)) return with_blocks({1, true});
+  if (ov_on || (!ov_off && few)) return with_blocks({1, true});
   // Blocks wanted, in eighths of a multiprocessor: 14/8 for four warps with bulk loads (K = 128),
   // 7/8 otherwise (eight warps, and K = 64 as measured before).
-  const bool four = pr.K == 128 && chunked::state_warps(128, plan.overlap) == 4;
+  const bool four = pr.K == 128 && chunked::state_warps(128) == 4;  // not overlapped here
   const int64_t want = (four ? 14 : 7) * sms;
   plan.mt = 1;
   for (int mt = max_mt; mt > 1; mt /= 2)
