@@ -43,6 +43,16 @@ reference::Inputs<double> slice(const reference::Inputs<double>& in, int64_t t0,
   return o;
 }
 
+// The comparisons of two forwards that must agree bit for bit: o, ht and every chunk state; and
+// one forward (chunk states kept) under one setting of an environment knob.
+bool same_bits(const kernels::ChunkedHostRun& a, const kernels::ChunkedHostRun& b) {
+  return a.outputs.o == b.outputs.o && a.outputs.ht == b.outputs.ht && a.chunk_states == b.chunk_states;
+}
+kernels::ChunkedHostRun run_with(const reference::Inputs<double>& in, DType dt, const char* knob, const char* value) {
+  ScopedEnv e(knob, value);
+  return kernels::run_chunked(in, dt, true);
+}
+
 // P2: [0, tau) then [tau, T) from the first part's ht equals one run, for tau not a multiple of 64.
 TEST(GpuChunkedProps, StatePassingAcrossCalls) {
   REQUIRE_DEVICE();
@@ -135,15 +145,10 @@ TEST(GpuChunkedProps, PrepWarpSplitsAgreeBitwise) {
       const auto in = fixtures::generate(g);
       ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", mode);
       const auto eight = kernels::run_chunked(in, DType::bf16, true);
-      kernels::ChunkedHostRun four;
-      {
-        ScopedEnv warps("QEDCHECK_CHUNKED_PREP_WARPS", "4");
-        four = kernels::run_chunked(in, DType::bf16, true);
-      }
+      const auto four = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_PREP_WARPS", "4");
       EXPECT_TRUE(all_finite(eight.outputs.o) && all_finite(eight.outputs.ht))
           << describe(g, DType::bf16) << " mode '" << mode << "': non-finite outputs";
-      EXPECT_TRUE(eight.outputs.o == four.outputs.o && eight.outputs.ht == four.outputs.ht &&
-                  eight.chunk_states == four.chunk_states)
+      EXPECT_TRUE(same_bits(eight, four))
           << describe(g, DType::bf16) << " mode '" << mode << "': 8-warp and 4-warp prep differ (o "
           << rel_err(eight.outputs.o, four.outputs.o) << ", ht " << rel_err(eight.outputs.ht, four.outputs.ht)
           << ")";
@@ -177,19 +182,11 @@ TEST(GpuChunkedProps, StateWarpSplitsAgreeBitwise) {
         if (dt == DType::fp32 && std::string(mt) == "4") continue;  // fp32 tiles are 32 columns at most
         ScopedEnv tile("QEDCHECK_CHUNKED_MT", mt);
         ScopedEnv load("QEDCHECK_CHUNKED_STATE_LOAD", "cpasync");  // the warp split alone
-        kernels::ChunkedHostRun eight, four;
-        {
-          ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", "8");
-          eight = kernels::run_chunked(in, dt, true);
-        }
-        {
-          ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", "4");
-          four = kernels::run_chunked(in, dt, true);
-        }
+        const auto eight = run_with(in, dt, "QEDCHECK_CHUNKED_STATE_WARPS", "8");
+        const auto four = run_with(in, dt, "QEDCHECK_CHUNKED_STATE_WARPS", "4");
         EXPECT_TRUE(all_finite(eight.outputs.o) && all_finite(eight.outputs.ht))
             << describe(g, dt) << " mode '" << mode << "' MT " << mt << ": non-finite outputs";
-        EXPECT_TRUE(eight.outputs.o == four.outputs.o && eight.outputs.ht == four.outputs.ht &&
-                    eight.chunk_states == four.chunk_states)
+        EXPECT_TRUE(same_bits(eight, four))
             << describe(g, dt) << " mode '" << mode << "' MT " << mt << ": 8-warp and 4-warp state pass differ (o "
             << rel_err(eight.outputs.o, four.outputs.o) << ", ht " << rel_err(eight.outputs.ht, four.outputs.ht)
             << ")";
@@ -227,19 +224,11 @@ TEST(GpuChunkedProps, StateLoadPathsAgreeBitwise) {
         for (const char* nw : {"4", "8"}) {
           if (g.dims.K != 128 && std::string(nw) == "8") continue;  // eight warps only at K = 128
           ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", nw);
-          kernels::ChunkedHostRun bulk, cp;
-          {
-            ScopedEnv load("QEDCHECK_CHUNKED_STATE_LOAD", "bulk");
-            bulk = kernels::run_chunked(in, dt, true);
-          }
-          {
-            ScopedEnv load("QEDCHECK_CHUNKED_STATE_LOAD", "cpasync");
-            cp = kernels::run_chunked(in, dt, true);
-          }
+          const auto bulk = run_with(in, dt, "QEDCHECK_CHUNKED_STATE_LOAD", "bulk");
+          const auto cp = run_with(in, dt, "QEDCHECK_CHUNKED_STATE_LOAD", "cpasync");
           EXPECT_TRUE(all_finite(bulk.outputs.o) && all_finite(bulk.outputs.ht))
               << describe(g, dt) << " mode '" << mode << "' MT " << mt << " warps " << nw << ": non-finite outputs";
-          EXPECT_TRUE(bulk.outputs.o == cp.outputs.o && bulk.outputs.ht == cp.outputs.ht &&
-                      bulk.chunk_states == cp.chunk_states)
+          EXPECT_TRUE(same_bits(bulk, cp))
               << describe(g, dt) << " mode '" << mode << "' MT " << mt << " warps " << nw
               << ": bulk-copy and cp.async state pass differ (o " << rel_err(bulk.outputs.o, cp.outputs.o)
               << ", ht " << rel_err(bulk.outputs.ht, cp.outputs.ht) << ")";
@@ -300,8 +289,7 @@ TEST(GpuChunkedProps, StateIlpAgreesWithDefault) {
         ilp8 = kernels::run_chunked(in, DType::bf16, true);
       }
       const std::string what = describe(g, DType::bf16) + " load " + load;
-      EXPECT_TRUE(ilp4.outputs.o == ilp8.outputs.o && ilp4.outputs.ht == ilp8.outputs.ht &&
-                  ilp4.chunk_states == ilp8.chunk_states)
+      EXPECT_TRUE(same_bits(ilp4, ilp8))
           << what << ": the ILP pass differs between four and eight warps";
       // o is stored in bf16: a changed fp32 rounding moves an element by one bf16 step at most
       EXPECT_LT(rel_err(ilp4.outputs.o, base.outputs.o), 1e-3) << what;
@@ -354,17 +342,9 @@ TEST(GpuChunkedProps, OverlappedForwardAgreesBitwise) {
           if (dt == DType::fp32 && std::strcmp(mt, "4") == 0) continue;  // fp32 tiles: 1 and 2
           if (g.dims.V == 64 && std::strcmp(mt, "4") == 0) continue;
           ScopedEnv tile("QEDCHECK_CHUNKED_MT", mt);
-          kernels::ChunkedHostRun serial, overlapped;
-          {
-            ScopedEnv off("QEDCHECK_CHUNKED_OVERLAP", "0");
-            serial = kernels::run_chunked(in, dt, true);
-          }
-          {
-            ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
-            overlapped = kernels::run_chunked(in, dt, true);
-          }
-          EXPECT_TRUE(serial.outputs.o == overlapped.outputs.o && serial.outputs.ht == overlapped.outputs.ht &&
-                      serial.chunk_states == overlapped.chunk_states)
+          const auto serial = run_with(in, dt, "QEDCHECK_CHUNKED_OVERLAP", "0");
+          const auto overlapped = run_with(in, dt, "QEDCHECK_CHUNKED_OVERLAP", "1");
+          EXPECT_TRUE(same_bits(serial, overlapped))
               << describe(g, dt) << " MT " << mt << ": the overlapped forward differs from the serial one";
           EXPECT_TRUE(all_finite(overlapped.outputs.o) && all_finite(overlapped.outputs.ht)) << describe(g, dt);
         }
