@@ -21,6 +21,7 @@
 // Replay: QED_GPU_SEED=<seed> ./test_gpu_chunked_backward --gtest_filter=<test>
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "kernels/chunked_api.hpp"
 #include "kernels/host_run.hpp"
@@ -367,6 +368,65 @@ TEST(GpuChunkedBackward, GradsWarpSplitsAgree) {
       else
         EXPECT_TRUE(same) << describe(g, DType::bf16) << ": " << f8[j].first
                           << " differs between 8 and 16 warps (relF " << e << ")";
+    }
+  }
+}
+
+// QED's projected arms with bf16 gradients (what a bf16 training loop and the benchmark ask for):
+// the gradient pass keeps the partial dq, dk, db of the slabs before the last in the registers of
+// the thread that finishes them (GradArgs::hold) instead of storing and reading them back. The
+// gradients must be bit for bit those of QEDCHECK_CHUNKED_GRADS_HOLD=0, and within bf16 rounding
+// (relF <= 1e-2: the partial and the final value each rounded once) of the fp32-gradient run,
+// which the oracle tests above judge and which never holds. The `hold` mutant (the slots not
+// shifted along: two of the four slabs' partials lost at K = 128) must fail both.
+TEST(GpuChunkedBackward, HeldPartialsAgreeBitwise) {
+  REQUIRE_DEVICE();
+  ScopedEnv impl("QEDCHECK_CHUNKED_BWD_IMPL", "v2");
+  auto run = [](const reference::Inputs<double>& in, const reference::Cotangents<double>& cot,
+                DType gdt, const char* hold, const char* mutant) {
+    std::optional<ScopedEnv> h, m;
+    if (hold) h.emplace("QEDCHECK_CHUNKED_GRADS_HOLD", hold);
+    if (mutant) m.emplace("QEDCHECK_CHUNKED_BWD_MUTANT", mutant);
+    return kernels::run_chunked_grads(in, &cot, DType::bf16, gdt).grads;
+  };
+  int i = 0;
+  for (Arm a : {Arm::full, Arm::nogate, Arm::rand, Arm::nogate_noproj}) {
+    for (int64_t K : {64, 128}) {
+      fixtures::GenSpec g;
+      g.variant = Variant::qed;
+      g.arm = a;
+      g.dims = {1, 300, 2, K, K};
+      g.seqlens = {65, 0, 171, 64};
+      g.with_h0 = true;
+      g.seed = base_seed() + 190 + static_cast<uint64_t>(i++);
+      const auto in = fixtures::generate(g);
+      const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
+      const auto held = run(in, cot, DType::bf16, nullptr, nullptr);
+      const auto plain = run(in, cot, DType::bf16, "0", nullptr);
+      const auto wide = run(in, cot, DType::fp32, nullptr, nullptr);
+      const auto fh = cbt::fields(held), fp = cbt::fields(plain), fw = cbt::fields(wide);
+      for (size_t j = 0; j < fh.size(); ++j) {
+        const auto& x = *fh[j].second;
+        const bool same = x.size() == fp[j].second->size() &&
+                          std::memcmp(x.data(), fp[j].second->data(), x.size() * 8) == 0;
+        EXPECT_TRUE(same) << describe(g, DType::bf16) << ": " << fh[j].first
+                          << " differs with the partials held (relF " << cbt::relF(x, *fp[j].second) << ")";
+        const double e = cbt::relF(x, *fw[j].second);
+        EXPECT_TRUE(e <= 1e-2) << describe(g, DType::bf16) << ": " << fh[j].first
+                               << " bf16 gradients against fp32 ones: relF " << e;
+      }
+      if (a == Arm::full && K == 128) {  // the mutant must be seen by both checks
+        const auto mut = run(in, cot, DType::bf16, nullptr, "hold");
+        const auto fm = cbt::fields(mut);
+        bool differs = false, far = false;
+        for (size_t j = 0; j < fm.size(); ++j) {
+          differs = differs || fm[j].second->size() != fp[j].second->size() ||
+                    std::memcmp(fm[j].second->data(), fp[j].second->data(), fm[j].second->size() * 8) != 0;
+          far = far || !(cbt::relF(*fm[j].second, *fw[j].second) <= 1e-2);
+        }
+        EXPECT_TRUE(differs && far) << "the hold mutant is not caught (bitwise " << differs
+                                    << ", against fp32 " << far << ")";
+      }
     }
   }
 }
