@@ -372,6 +372,73 @@ TEST(GpuChunkedBackward, GradsWarpSplitsAgree) {
   }
 }
 
+// bf16 gradient outputs (what a bf16 training loop and the benchmark ask for; the accuracy tests
+// above ask for fp32 ones): every variant and arm, K = 64 and 128, varlen, h0, dht. The kernel
+// computes in fp32 and rounds at the store, so each bf16 gradient must be the fp32-output run's
+// value rounded to nearest even, bit for bit (dlambda, dr, dh0 are fp32 in both: equal), except
+// QED's projected arms' dq, dk, db, whose partial values are rounded once before the final pass
+// adds the en terms of MATH.md §5.2: relF <= 1e-2 there. The check must see a wrong bf16 gradient:
+// the khat mutant on the bf16 run alone must break it.
+TEST(GpuChunkedBackward, Bf16GradientsAreRoundedFp32Gradients) {
+  REQUIRE_DEVICE();
+  ScopedEnv impl("QEDCHECK_CHUNKED_BWD_IMPL", "v2");
+  // mismatches of b against f (see above); `rel` collects the relF of the exempt fields
+  auto compare = [](const reference::Grads<double>& b, const reference::Grads<double>& f, bool projected,
+                    std::string& what) {
+    const auto fb = cbt::fields(b), ff = cbt::fields(f);
+    size_t bad = fb.size() == ff.size() ? 0 : 1;
+    for (size_t j = 0; j < fb.size() && j < ff.size(); ++j) {
+      const std::string& n = fb[j].first;
+      const auto &x = *fb[j].second, &y = *ff[j].second;
+      if (n != ff[j].first || x.size() != y.size()) {
+        ++bad, what += " " + n + ": shapes differ;";
+        continue;
+      }
+      if (projected && (n == "dq" || n == "dk" || n == "db")) {
+        const double e = cbt::relF(x, y);
+        if (!(e <= 1e-2)) ++bad, what += " " + n + ": relF " + std::to_string(e) + ";";
+        continue;
+      }
+      const bool wide = n == "dlambda" || n == "dr" || n == "dh0";
+      size_t m = 0, first = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double want = wide ? y[i] : static_cast<double>(cbt::round_bf16(y[i]));
+        if (!(x[i] == want) && m++ == 0) first = i;
+      }
+      if (m) bad += m, what += " " + n + ": " + std::to_string(m) + " elements differ (first at " + std::to_string(first) + ");";
+    }
+    return bad;
+  };
+  int i = 0;
+  for (auto [v, a] : all_variants()) {
+    for (int64_t K : {64, 128}) {
+      fixtures::GenSpec g;
+      g.variant = v;
+      g.arm = a;
+      g.dims = {1, 300, 2, K, K};
+      g.seqlens = {65, 0, 171, 64};
+      g.with_h0 = true;
+      g.seed = base_seed() + 200 + static_cast<uint64_t>(i++);
+      const auto in = fixtures::generate(g);
+      const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
+      const auto f = kernels::run_chunked_grads(in, &cot, DType::bf16, DType::fp32).grads;
+      const auto b = kernels::run_chunked_grads(in, &cot, DType::bf16, DType::bf16).grads;
+      const bool projected = v == Variant::qed && a != Arm::nogate_noproj;
+      std::string what;
+      EXPECT_EQ(compare(b, f, projected, what), 0u) << describe(g, DType::bf16) << ":" << what;
+      if (v == Variant::gdn2 && K == 128) {
+        reference::Grads<double> m;
+        {
+          ScopedEnv mut("QEDCHECK_CHUNKED_BWD_MUTANT", "khat");
+          m = kernels::run_chunked_grads(in, &cot, DType::bf16, DType::bf16).grads;
+        }
+        std::string w;
+        EXPECT_GT(compare(m, f, false, w), 0u) << "the khat mutant's bf16 gradients pass as rounded fp32 ones";
+      }
+    }
+  }
+}
+
 // QED's projected arms with bf16 gradients (what a bf16 training loop and the benchmark ask for):
 // the gradient pass keeps the partial dq, dk, db of the slabs before the last in the registers of
 // the thread that finishes them (GradArgs::hold) instead of storing and reading them back. The
