@@ -758,6 +758,12 @@ def timings_backward(lib, log, quick, have_peer, pick=None, lean=False):
         bqs = lib.prepare_backward(xq, do, grq, g_dtype=BF16, saved=True)
         row["ours_qed_fwdbwd_saved_ms"] = time_ms(lambda: (fqs(), bqs()))[0]
         row["qed_over_gdn2_saved"] = row["ours_qed_fwdbwd_saved_ms"] / row["ours_fwdbwd_saved_ms"]
+        # QED's pair with the gradient pass's partials stored and read back (next/hold's knob)
+        os.environ["QEDCHECK_CHUNKED_GRADS_HOLD"] = "0"
+        try:
+            row["ours_qed_fwdbwd_saved_nohold_ms"] = time_ms(lambda: (fqs(), bqs()))[0]
+        finally:
+            os.environ.pop("QEDCHECK_CHUNKED_GRADS_HOLD", None)
         if have_peer:
             row["peer_fwdbwd_ms"] = time_ms(lambda: peer_fwd_bwd(x, do))[0]
             row["peer_over_ours"] = row["peer_fwdbwd_ms"] / row["ours_fwdbwd_ms"]
@@ -985,6 +991,9 @@ def main():
         table(["shape", "ours fwd ms", "ours bwd ms", "bwd, gradient pass on 16 warps ms", "bwd, former pipeline (v1) ms"],
               [[r["shape"], f"{r['ours_fwd_ms']:.3f}", f"{r['ours_bwd_ms']:.3f}", f"{r['ours_bwd_w16_ms']:.3f}",
                 f"{r['ours_bwd_v1_ms']:.3f}"]
+               for r in res["bwdtiming"]])
+        table(["QED training pair, shape", "partials held ms (default)", "partials stored and read back ms"],
+              [[r["shape"], f"{r['ours_qed_fwdbwd_saved_ms']:.3f}", f"{r.get('ours_qed_fwdbwd_saved_nohold_ms', nan):.3f}"]
                for r in res["bwdtiming"]])
     if res.get("bwdpeer"):
         table(["regime (gdn2, T=512, K=V=128, bf16)", "gradient", "ours relF", "ours, former pipeline (v1) relF",

@@ -422,13 +422,15 @@ Status cuda_fail(const char* what, cudaError_t e) {
   return {StatusCode::cuda_error, std::string(kFn) + ": " + what + ": " + cudaGetErrorString(e)};
 }
 
-// Testing hook: QEDCHECK_CHUNKED_BWD_MUTANT=khat|rho|proj drops one term (chunked_backward_tile.hpp).
+// Testing hook: QEDCHECK_CHUNKED_BWD_MUTANT=khat|rho|proj drops one term (chunked_backward_tile.hpp);
+// =hold finishes the gradient pass's held partials (GradArgs::hold) in the wrong slabs' channels.
 int mutant() {
   const char* m = std::getenv("QEDCHECK_CHUNKED_BWD_MUTANT");
   if (!m) return cb::kMutantNone;
   if (std::strcmp(m, "khat") == 0) return cb::kMutantNoKhatGrad;
   if (std::strcmp(m, "rho") == 0) return cb::kMutantNoDecayRho;
   if (std::strcmp(m, "proj") == 0) return cb::kMutantNoProjGrad;
+  if (std::strcmp(m, "hold") == 0) return cb::kMutantHoldOrder;
   return cb::kMutantNone;
 }
 
@@ -668,6 +670,8 @@ cudaError_t run_v2(const ChunkedBackwardParams& p, const Layout& L, char* ws, ch
     G.warps = 16;
   if (const char* a = std::getenv("QEDCHECK_CHUNKED_GRADS_AHEAD"); a && std::strcmp(a, "0") == 0)
     G.ahead = 0;
+  if (const char* a = std::getenv("QEDCHECK_CHUNKED_GRADS_HOLD"); a && std::strcmp(a, "0") == 0)
+    G.hold = 0;
   G.vec_vw = rows_aligned16(p.in.v, 2) && (!chan_bw || rows_aligned16(p.in.w, 2));
   const GradOutputs& o = p.grads;
   auto out16 = [](const SeqTensorOut& t) { return rows_aligned16(t, t.dtype == DType::fp32 ? 4 : 2); };

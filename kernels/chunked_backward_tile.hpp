@@ -50,6 +50,7 @@ enum : int {
   kMutantNoKhatGrad = 1,   // k̄ without the K̂̄ term (§6.2, third line)
   kMutantNoDecayRho = 2,   // ḡ without rowsum(Ŝ'⊙S_[n+1]) on the chunk's last row (§6.3)
   kMutantNoProjGrad = 3,   // k̄ without the projector term of §5.2 (QED projected arms)
+  kMutantHoldOrder = 4,    // grads kernel: held partials not shifted along (GradArgs::hold)
 };
 
 // ---- tensors ----

@@ -205,6 +205,14 @@ __device__ __forceinline__ void unpack8(const uint4& u, float* x) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) x[j] = __bfloat162float(e[j]);
 }
+// Eight floats as one 16-byte bf16 piece, rounded as st8x rounds a bf16 row (nearest even).
+__device__ __forceinline__ uint4 pack8(const float* v) {
+  uint4 u;
+  __nv_bfloat162* e = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) e[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+  return u;
+}
 
 // The query-side vector m of the QED arms (MATH.md §2) at one element: b q (full), b r (rand),
 // q (nogate, nogate_noproj), without branches on the arm: m = b (xf q + r) + xn q with the block's
@@ -618,6 +626,17 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 
   // ---- 3. slabs of kSW key channels ----
   const int I = warp / PW, cw = 8 * NQ * (warp % PW);  // this warp's row block, first slab channel
+  // QED's projected arms, bf16 dq, dk, db (the RAW kernel on eight warps; G.hold): the partial dq,
+  // dk, db of every slab before the last stay in the registers of the row thread that made them in
+  // 3f, which is the thread that finishes them in 4 (the same row and eight channels of each slab),
+  // instead of a store and a read back. Packed as they would be stored (bf16), NH slots shifted
+  // along by one per slab so that every index is static.
+  constexpr bool kHold = W == 8 && RAW;
+  constexpr int NH = kHold ? K / kSW - 1 : 1;
+  uint4 hq[NH], hk[NH], hb[NH];
+#pragma unroll
+  for (int i = 0; i < NH; ++i) hq[i] = hk[i] = hb[i] = make_uint4(0, 0, 0, 0);
+  const bool hold = kHold && projected && G.hold != 0 && A.dq.dt == 1 && A.dk.dt == 1 && A.db.dt == 1;
   for (int cb = 0; cb < K; cb += kSW) {
     // 3a. q, k, b (beta for the scalar-gate variants), raw g; S and Ŝ' rows, ρ; the next slab's
     // loads issued.
@@ -1003,15 +1022,28 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) x[e] = OT[k * OTS + r * XP + c0 + e];
         };
-        if (!keep) {
+        if (hold && !keep) {  // into the registers (see hq); the mutant skips the shift
+          if (A.mutant != kMutantHoldOrder) {
+#pragma unroll
+            for (int i = 0; i + 1 < NH; ++i) hq[i] = hq[i + 1], hk[i] = hk[i + 1], hb[i] = hb[i + 1];
+          }
           tile(0);
-          st8x<RAW>(A.dq, brow, tt, h, static_cast<int>(cg), vout, x);
+          hq[NH - 1] = pack8(x);
           tile(1);
-          st8x<RAW>(A.dk, brow, tt, h, static_cast<int>(cg), vout, x);
-        }
-        if (chan_bw && !keep) {
+          hk[NH - 1] = pack8(x);
           tile(2);
-          st8x<RAW>(A.db, brow, tt, h, static_cast<int>(cg), vout, x);
+          hb[NH - 1] = pack8(x);
+        } else {
+          if (!keep) {
+            tile(0);
+            st8x<RAW>(A.dq, brow, tt, h, static_cast<int>(cg), vout, x);
+            tile(1);
+            st8x<RAW>(A.dk, brow, tt, h, static_cast<int>(cg), vout, x);
+          }
+          if (chan_bw && !keep) {
+            tile(2);
+            st8x<RAW>(A.db, brow, tt, h, static_cast<int>(cg), vout, x);
+          }
         }
         if (chan_g) {
           tile(3);
@@ -1065,6 +1097,54 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
       st8x<RAW>(A.dk, brow, tt, h, c0, vout, dk);
       st8x<RAW>(A.db, brow, tt, h, c0, vout, db);
     };
+    if constexpr (kHold) {
+      if (hold) {  // each row thread its own row and channels: NH slabs from its registers, the
+                   // last from the tiles; k, b, q of the earlier slabs loaded first, the last
+                   // slab's from its shared-memory tiles (RAW: the inputs' own bf16 values)
+        if (rowt && sr < n) {
+          const int r = sr;
+          const bool live = nnr[r] > 0.f;
+          uint4 lk[NH], lb[NH], lq[NH];
+          if (live) {
+#pragma unroll
+            for (int sl = 0; sl < NH; ++sl) {
+              lk[sl] = raw8(A.k, r, sl * kSW + sc);
+              lb[sl] = raw8(A.b, r, sl * kSW + sc);
+              lq[sl] = raw8(A.q, r, sl * kSW + sc);
+            }
+          }
+#pragma unroll
+          for (int sl = 0; sl <= NH; ++sl) {
+            float dq[8], dk[8], db[8], kk[8], bb[8], qq[8];
+            if (sl < NH) {
+              unpack8(hq[sl], dq);
+              unpack8(hk[sl], dk);
+              unpack8(hb[sl], db);
+            } else {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                dq[e] = as_stored(A.dq, OT[r * XP + sc + e]);
+                dk[e] = as_stored(A.dk, OT[OTS + r * XP + sc + e]);
+                db[e] = as_stored(A.db, OT[2 * OTS + r * XP + sc + e]);
+              }
+            }
+            if (live) {
+              if (sl < NH) {
+                unpack8(lk[sl], kk);
+                unpack8(lb[sl], bb);
+                unpack8(lq[sl], qq);
+              } else {
+                unpack8(*reinterpret_cast<const uint4*>(ksl + r * QP + sc), kk);
+                unpack8(*reinterpret_cast<const uint4*>(bsl + r * QP + sc), bb);
+                unpack8(*reinterpret_cast<const uint4*>(qsl + r * QP + sc), qq);
+              }
+            }
+            finish(r * GR + (sl * kSW + sc) / 8, live, dq, dk, db, kk, bb, qq);
+          }
+        }
+        return;
+      }
+    }
     for (int i0 = tid; i0 < n * GR; i0 += UF * kThreads) {
       float dq[UF][8], dk[UF][8], db[UF][8], kk[UF][8], bb[UF][8], qq[UF][8];
       bool live[UF], done[UF];

@@ -29,6 +29,9 @@ struct GradArgs {
                                 // (QEDCHECK_CHUNKED_GRADS_RAW=0 turns it off, for timing)
   int ahead = 1;                // eight warps: load a slab's inputs one slab ahead (timing knob:
                                 // QEDCHECK_CHUNKED_GRADS_AHEAD=0 loads them at use)
+  int hold = 1;                 // QED's projected arms, bf16 dq, dk, db, the RAW kernel: the slabs'
+                                // partial dq, dk, db held in registers for the final pass instead of
+                                // stored and read back (timing knob: QEDCHECK_CHUNKED_GRADS_HOLD=0)
 };
 
 // bf16 inputs, K and V in {64, 128}; one block per (chunk slot, head).
