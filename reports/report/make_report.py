@@ -237,6 +237,20 @@ def bench_bars(table):
     return png_of(fig)
 
 
+def machine_text(m):
+    """The CPU, and for a CUDA subject the GPU its kernels ran on."""
+    text = f"{m['cpu']} ({m['cores']} cores)"
+    return f"{m['gpu']}; {text}" if m.get("gpu") else text
+
+
+def commit_text(c):
+    """The commit the measuring binary was built from where the certificate records it (a device
+    copy's git state may lag behind the binary it was handed), else the checkout's commit."""
+    if c.get("build_commit"):
+        return f"{c['build_commit'][:10]} (binary)"
+    return c["git_commit"][:10]
+
+
 def build(bundle):
     doc = Doc()
     certs = bundle.get("certificates", [])
@@ -257,8 +271,7 @@ def build(bundle):
             m = c["machine"]
             rows.append([f"`{c['subject']['name']}`", c["subject"]["case_dtype"], c["mode"], s["cells"],
                          s["certified"], s["unstable"], s["not_certified"], s["samples"],
-                         f"{c['safety_factor']:g}", f"{m['cpu']} ({m['cores']} cores)",
-                         c["git_commit"][:10], c["updated"]])
+                         f"{c['safety_factor']:g}", machine_text(m), commit_text(c), c["updated"]])
         doc.table(["subject", "inputs", "mode", "cells", "certified", "unstable", "not certified",
                    "samples", "factor", "machine", "commit", "updated"], rows)
     for c in certs:
