@@ -53,6 +53,21 @@ kernels::ChunkedHostRun run_with(const reference::Inputs<double>& in, DType dt, 
   return kernels::run_chunked(in, dt, true);
 }
 
+// The i-th problem of the state-pass comparisons over every variant and arm: K and V of 64 or 128
+// (by i), packed sequences of 130, 0, 64, 1 and 305 tokens (0, 1, 3 and 5 chunks and a partial
+// one), hard or mixed regime, h0.
+fixtures::GenSpec state_pass_spec(Variant v, Arm a, int i, uint64_t seed) {
+  fixtures::GenSpec g;
+  g.variant = v;
+  g.arm = a;
+  g.dims = {1, 500, 2, i % 3 ? 128 : 64, i % 2 ? 128 : 64};
+  g.seqlens = {130, 0, 64, 1, 305};
+  g.regime = i % 2 ? Regime::hard : Regime::mixed;
+  g.with_h0 = true;
+  g.seed = seed;
+  return g;
+}
+
 // P2: [0, tau) then [tau, T) from the first part's ht equals one run, for tau not a multiple of 64.
 TEST(GpuChunkedProps, StatePassingAcrossCalls) {
   REQUIRE_DEVICE();
@@ -208,14 +223,8 @@ TEST(GpuChunkedProps, StateLoadPathsAgreeBitwise) {
   for (const auto& [v, a] : all_variants()) {
     for (const char* mode : {"", "single", "fp32"}) {
       const DType dt = std::string(mode) == "fp32" ? DType::fp32 : DType::bf16;
-      fixtures::GenSpec g;
-      g.variant = v;
-      g.arm = a;
-      g.dims = {1, 500, 2, i % 3 ? 128 : 64, i % 2 ? 128 : 64};
-      g.seqlens = {130, 0, 64, 1, 305};
-      g.regime = i % 2 ? Regime::hard : Regime::mixed;
-      g.with_h0 = true;
-      g.seed = base_seed() + 270 + static_cast<uint64_t>(i++);
+      const auto g = state_pass_spec(v, a, i, base_seed() + 270 + static_cast<uint64_t>(i));
+      ++i;
       const auto in = fixtures::generate(g);
       ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", dt == DType::fp32 ? "" : mode);
       for (const char* mt : {"1", "2", "4"}) {
@@ -275,29 +284,18 @@ TEST(GpuChunkedProps, ClusteredStatePassAgreesBitwise) {
   for (const auto& [v, a] : all_variants()) {
     for (const char* mode : {"", "single", "fp32"}) {
       const DType dt = std::string(mode) == "fp32" ? DType::fp32 : DType::bf16;
-      fixtures::GenSpec g;
-      g.variant = v;
-      g.arm = a;
-      g.dims = {1, 500, 2, i % 3 ? 128 : 64, i % 2 ? 128 : 64};
-      g.seqlens = {130, 0, 64, 1, 305};
-      g.regime = i % 2 ? Regime::hard : Regime::mixed;
-      g.with_h0 = true;
-      g.seed = base_seed() + 310 + static_cast<uint64_t>(i++);
+      const auto g = state_pass_spec(v, a, i, base_seed() + 310 + static_cast<uint64_t>(i));
+      ++i;
       const auto in = fixtures::generate(g);
       ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", dt == DType::fp32 ? "" : mode);
       for (const char* mt : {"1", "2", "4"}) {
         if (dt == DType::fp32 && std::string(mt) == "4") continue;  // fp32 tiles are 32 columns at most
         ScopedEnv tile("QEDCHECK_CHUNKED_MT", mt);
-        kernels::ChunkedHostRun plain, clustered;
-        plain = kernels::run_chunked(in, dt, true);
-        {
-          ScopedEnv mc("QEDCHECK_CHUNKED_STATE_MCAST", "1");
-          clustered = kernels::run_chunked(in, dt, true);
-        }
+        const auto plain = run_with(in, dt, "QEDCHECK_CHUNKED_STATE_MCAST", "0");
+        const auto clustered = run_with(in, dt, "QEDCHECK_CHUNKED_STATE_MCAST", "1");
         EXPECT_TRUE(all_finite(clustered.outputs.o) && all_finite(clustered.outputs.ht))
             << describe(g, dt) << " mode '" << mode << "' MT " << mt << ": non-finite outputs";
-        EXPECT_TRUE(plain.outputs.o == clustered.outputs.o && plain.outputs.ht == clustered.outputs.ht &&
-                    plain.chunk_states == clustered.chunk_states)
+        EXPECT_TRUE(same_bits(plain, clustered))
             << describe(g, dt) << " mode '" << mode << "' MT " << mt
             << ": clustered and plain state pass differ (o " << rel_err(clustered.outputs.o, plain.outputs.o)
             << ", ht " << rel_err(clustered.outputs.ht, plain.outputs.ht) << ")";
