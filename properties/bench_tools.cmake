@@ -14,3 +14,18 @@ add_test(NAME roofline_counts
          COMMAND ${QEDCHECK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/roofline.py --self-test)
 set_tests_properties(roofline_counts PROPERTIES LABELS cpu TIMEOUT 60
   PASS_REGULAR_EXPRESSION "roofline self-test: ok")
+
+# bench/time_cases.py (the device reports' A/B timings): its argument checks need no GPU. The plan
+# of a valid call, and a malformed case named with the rule it breaks (exit code ignored by the
+# regular expressions, so the second test also fails on a traceback).
+add_test(NAME time_cases_plan
+         COMMAND ${QEDCHECK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/time_cases.py --dry-run /nonexistent
+                 "2,16384,16,128" "fwd||gdn2" "fwd clustered|QEDCHECK_CHUNKED_STATE_MCAST=1|gdn2")
+set_tests_properties(time_cases_plan PROPERTIES LABELS cpu TIMEOUT 60
+  PASS_REGULAR_EXPRESSION
+  "^plan 2,16384,16,128 fwd gdn2 - x2\nplan 2,16384,16,128 fwd clustered gdn2 QEDCHECK_CHUNKED_STATE_MCAST=1 x2\n$")
+add_test(NAME time_cases_bad_case
+         COMMAND ${QEDCHECK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/time_cases.py --dry-run /nonexistent
+                 "2,16384,16,128" "fwd|QEDCHECK_CHUNKED_MT|gdn2")
+set_tests_properties(time_cases_bad_case PROPERTIES LABELS cpu TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "^time_cases.py: case 'fwd\\|QEDCHECK_CHUNKED_MT\\|gdn2': knob 'QEDCHECK_CHUNKED_MT' is not KNOB=VALUE\n$")
