@@ -585,7 +585,8 @@ def timings(lib, log, quick, have_peer, bw, pick=None, lean=False, mm=float("nan
         os.environ["QEDCHECK_CHUNKED_OVERLAP"] = "0"
         row["ours_gdn2_serial_ms"] = time_ms(run)[0]
         del os.environ["QEDCHECK_CHUNKED_OVERLAP"]
-        # the state pass in clusters with multicast loads (next/mcast; not beside the prep pass)
+        # the state pass in clusters with multicast loads (QEDCHECK_CHUNKED_STATE_MCAST=1, off by
+        # default; not beside the prep pass; 2.7x slower at [2,16384,16,128] in run 23)
         os.environ["QEDCHECK_CHUNKED_STATE_MCAST"] = "1"
         row["ours_gdn2_mcast_ms"] = time_ms(run)[0]
         os.environ["QEDCHECK_CHUNKED_ONLY"] = "state"
@@ -766,7 +767,7 @@ def timings_backward(lib, log, quick, have_peer, pick=None, lean=False):
         bqs = lib.prepare_backward(xq, do, grq, g_dtype=BF16, saved=True)
         row["ours_qed_fwdbwd_saved_ms"] = time_ms(lambda: (fqs(), bqs()))[0]
         row["qed_over_gdn2_saved"] = row["ours_qed_fwdbwd_saved_ms"] / row["ours_fwdbwd_saved_ms"]
-        # QED's pair with the gradient pass's partials stored and read back (next/hold's knob)
+        # QED's pair with the gradient pass's partials stored and read back (QEDCHECK_CHUNKED_GRADS_HOLD=0)
         os.environ["QEDCHECK_CHUNKED_GRADS_HOLD"] = "0"
         try:
             row["ours_qed_fwdbwd_saved_nohold_ms"] = time_ms(lambda: (fqs(), bqs()))[0]

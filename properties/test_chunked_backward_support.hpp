@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -247,6 +248,11 @@ inline double relF(const std::vector<double>& x, const std::vector<double>& r) {
     den += r[i] * r[i];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// The same size and the same bits (-0 is not 0, and a NaN equals itself bit for bit).
+inline bool same_bits(const std::vector<double>& x, const std::vector<double>& y) {
+  return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
 }
 
 inline std::vector<std::pair<std::string, const std::vector<double>*>> fields(const Grads<double>& g) {

@@ -230,8 +230,7 @@ TEST(GpuChunkedBackward, BitwiseDeterministicThreeRuns) {
     const auto b = kernels::run_chunked_grads(in, &cot, DType::bf16);
     const auto fa = cbt::fields(a.grads), fb = cbt::fields(b.grads);
     for (size_t j = 0; j < fa.size(); ++j)
-      EXPECT_TRUE(
-          std::memcmp(fa[j].second->data(), fb[j].second->data(), fa[j].second->size() * 8) == 0)
+      EXPECT_TRUE(cbt::same_bits(*fa[j].second, *fb[j].second))
           << describe(g, DType::bf16) << ": " << fa[j].first << " differs between run 0 and run "
           << run;
   }
@@ -322,8 +321,7 @@ TEST(GpuChunkedBackward, SavedForwardMatchesRecompute) {
     const auto fa = cbt::fields(a.grads), fb = cbt::fields(b.grads);
     ASSERT_EQ(fa.size(), fb.size());
     for (size_t j = 0; j < fa.size(); ++j)
-      EXPECT_TRUE(fa[j].second->size() == fb[j].second->size() &&
-                  std::memcmp(fa[j].second->data(), fb[j].second->data(), fa[j].second->size() * 8) == 0)
+      EXPECT_TRUE(cbt::same_bits(*fa[j].second, *fb[j].second))
           << what << ": " << fa[j].first << " differs between the saved and the recomputing backward";
     const double eo = cbt::relF(b.outputs.o, a.outputs.o), eh = cbt::relF(b.outputs.ht, a.outputs.ht);
     std::printf("[saved] %s | o relF %.2e, ht relF %.2e vs the plain forward\n", what.c_str(), eo, eh);
@@ -368,8 +366,7 @@ TEST(GpuChunkedBackward, GradsWarpSplitsAgree) {
     const auto f8 = cbt::fields(w8), f16 = cbt::fields(w16);
     for (size_t j = 0; j < f8.size(); ++j) {
       const double e = cbt::relF(*f16[j].second, *f8[j].second);
-      const bool same = f8[j].second->size() == f16[j].second->size() &&
-                        std::memcmp(f8[j].second->data(), f16[j].second->data(), f8[j].second->size() * 8) == 0;
+      const bool same = cbt::same_bits(*f8[j].second, *f16[j].second);
       if (sums)
         EXPECT_TRUE(e <= 1e-6) << describe(g, DType::bf16) << ": " << f8[j].first << " 16 vs 8 warps relF " << e;
       else
@@ -469,9 +466,7 @@ TEST(GpuChunkedBackward, HeldPartialsAgreeBitwise) {
       const auto fh = cbt::fields(held), fp = cbt::fields(plain), fw = cbt::fields(wide);
       for (size_t j = 0; j < fh.size(); ++j) {
         const auto& x = *fh[j].second;
-        const bool same = x.size() == fp[j].second->size() &&
-                          std::memcmp(x.data(), fp[j].second->data(), x.size() * 8) == 0;
-        EXPECT_TRUE(same) << describe(g, DType::bf16) << ": " << fh[j].first
+        EXPECT_TRUE(cbt::same_bits(x, *fp[j].second)) << describe(g, DType::bf16) << ": " << fh[j].first
                           << " differs with the partials held (relF " << cbt::relF(x, *fp[j].second) << ")";
         const double e = cbt::relF(x, *fw[j].second);
         EXPECT_TRUE(e <= 1e-2) << describe(g, DType::bf16) << ": " << fh[j].first
@@ -482,8 +477,7 @@ TEST(GpuChunkedBackward, HeldPartialsAgreeBitwise) {
         const auto fm = cbt::fields(mut);
         bool differs = false, far = false;
         for (size_t j = 0; j < fm.size(); ++j) {
-          differs = differs || fm[j].second->size() != fp[j].second->size() ||
-                    std::memcmp(fm[j].second->data(), fp[j].second->data(), fm[j].second->size() * 8) != 0;
+          differs = differs || !cbt::same_bits(*fm[j].second, *fp[j].second);
           far = far || !(cbt::relF(*fm[j].second, *fw[j].second) <= 1e-2);
         }
         EXPECT_TRUE(differs && far) << "the hold mutant is not caught (bitwise " << differs
