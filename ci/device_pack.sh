@@ -12,7 +12,8 @@
 #   python3 bench/time_cases.py /tmp/t/capi "8,4096,16,128" "fwd||gdn2" "qed||qed"
 #   /tmp/t/devbundle/qedcheck certify --impl cuda-chunked --quick --out $OUT/certificates
 # (certificate names hold '+': tar them under $OUT, the device tool does not return such names).
-# An A/B of a kernel change: pack each side's capi/ (BUILD_CAPI=another folder) and time both.
+# An A/B of a kernel change: pack each side from its own checkout (BUILD_CAPI names the build
+# folder, default build-capi) under its own OUT, carry both and time each side's capi/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.devpack.tar.xz}
@@ -24,8 +25,13 @@ done
 [[ -x .devbundle/qedcheck ]] || { echo "ci/device_pack.sh: .devbundle missing (bash ci/device_bundle.sh)" >&2; exit 2; }
 export QED_GTEST_SOURCE=${QED_GTEST_SOURCE:-$PWD/.devdeps/googletest}
 [[ -d $QED_GTEST_SOURCE ]] || { echo "ci/device_pack.sh: no GoogleTest sources at $QED_GTEST_SOURCE (bash ci/device_prepare.sh)" >&2; exit 2; }
-cmake -S bench/device -B "$capi" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C "$capi" chunked_capi >/dev/null
+mkdir -p "$capi"
+log=$capi/device_pack.log
+if ! { cmake -S bench/device -B "$capi" -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C "$capi" chunked_capi; } >"$log" 2>&1; then
+  tail -20 "$log" >&2
+  echo "ci/device_pack.sh: building bench/device's chunked_capi failed (log: $log)" >&2
+  exit 1
+fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/tests" "$stage/capi"
