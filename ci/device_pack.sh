@@ -2,9 +2,9 @@
 # Everything a device call needs to test and time the CUDA kernels without building there, built
 # here and packed into one xz file (about 12 MB; the device build of the same takes 220 s of the
 # session's device time, the unpacked tests then run in about 40 s):
-#   tests/    the chunked GPU test binaries of build/ (ci/build.sh; statically linked apart from
+#   tests/    the chunked GPU test binaries of build/ (brought up to date; statically linked apart from
 #             the C library: they run on the device as they are)
-#   devbundle/ the CUDA-enabled qedcheck of ci/device_bundle.sh (certify, gate, run)
+#   devbundle/ the CUDA-enabled qedcheck, bundled afresh by ci/device_bundle.sh (certify, gate, run)
 #   capi/     libchunked_capi.so of bench/device (time_cases.py, bench_chunked.py, profile_chunked.py)
 # Usage: bash ci/device_pack.sh [OUT=.devpack.tar.xz]   (git-ignored; carry it to the device)
 # On the device: mkdir -p /tmp/t && xz -dc .devpack.tar.xz | tar -C /tmp/t -xf -, then e.g.
@@ -19,10 +19,11 @@ cd "$(dirname "$0")/.."
 out=${1:-.devpack.tar.xz}
 capi=${BUILD_CAPI:-build-capi}
 tests=(test_gpu_chunked test_gpu_chunked_props test_gpu_chunked_backward)
-for t in "${tests[@]}"; do
-  [[ -x build/properties/$t ]] || { echo "ci/device_pack.sh: build/properties/$t not built (bash ci/build.sh with nvcc)" >&2; exit 2; }
-done
-[[ -x .devbundle/qedcheck ]] || { echo "ci/device_pack.sh: .devbundle missing (bash ci/device_bundle.sh)" >&2; exit 2; }
+[[ -f build/build.ninja ]] || { echo "ci/device_pack.sh: no build/ (bash ci/build.sh with nvcc first)" >&2; exit 2; }
+# The pack must hold this tree's kernels: bring build/'s test binaries and qedcheck up to date
+# (nothing to do right after ci/build.sh) and bundle that qedcheck afresh.
+ninja -C build "${tests[@]}" qedcheck >/dev/null || { echo "ci/device_pack.sh: building the GPU tests in build/ failed" >&2; exit 1; }
+bash ci/device_bundle.sh >/dev/null
 export QED_GTEST_SOURCE=${QED_GTEST_SOURCE:-$PWD/.devdeps/googletest}
 [[ -d $QED_GTEST_SOURCE ]] || { echo "ci/device_pack.sh: no GoogleTest sources at $QED_GTEST_SOURCE (bash ci/device_prepare.sh)" >&2; exit 2; }
 mkdir -p "$capi"
