@@ -5,6 +5,7 @@
 // writes them in split-bf16 fragment order into the workspace for chunked_state.cu.
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/chunked_common.cuh"
 
@@ -403,39 +404,47 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
   __syncthreads();
   if (A.prep_stop == 4) return;
 
-  // Column `tid` of L = (I+T)^-1 (threads 0..63) stays in registers until the block barrier that
-  // ends both branches: then no thread reads T any more. (It used to be written back after a
-  // 64-thread named barrier; compute-sanitizer's racecheck reported those write-after-read pairs
-  // as hazards on the H200. Real or not, a kernel the race checker cannot clear is not worth the
-  // little overlap that barrier bought.)
-  float l[kC];
+  // ---- L = (I+T)^-1 by 16 x 16 blocks, fp32, on every thread of the block ----
+  // Where L goes: phase 4 wrote only the block-lower part of T, so the strict upper triangle of
+  // s.T is free; row j of s.T holds, right of its diagonal, column j of L's strict lower part
+  // (s.T[j][R] = L[R][j] for j < R; lval() reads L back). In order:
+  //  a. D_I = (I + T_II)^-1 of the four diagonal blocks, one column per thread (a 16-step forward
+  //     substitution, threads 0..63), while the other threads build K̂;
+  //  b. P_KJ = T_KJ D_J for the six blocks below the diagonal blocks, which replaces T_KJ (T is
+  //     read nowhere else);
+  //  c. the off-diagonal blocks by their distance d = I - J from the diagonal, d = 1, 2, 3:
+  //     L_IJ = -sum_{K=J+1..I} L_IK P_KJ with L_II = D_I (from L (I+T) = I), a sum over the 16d
+  //     rows of P between the two blocks; a level reads only blocks that earlier levels wrote.
+  // Every element's terms are added in a fixed order whichever thread computes it, so the four-
+  // and eight-warp blocks agree bit for bit. (Until 2026-12 two warps ran a 64-step substitution,
+  // one column of L each, while the other six waited at the phase's barrier: reports/device/
+  // chunked.md run 4.)
+  static_assert(256 % NTH == 0, "prep_kernel: the block steps of L assume NTH divides 256");
+  auto lval = [&](int R, int j) -> float { return j < R ? s.T[j][R] : (j == R ? 1.f : 0.f); };
   if (tid < 64) {
-    // ---- L = (I+T)^-1, one column per thread, forward substitution in fp32 ----
-    const int c = tid;
+    const int o = 16 * (tid >> 4), c = tid & 15;
+    float d[16];
 #pragma unroll
-    for (int r = 0; r < kC; ++r) {
-      // Four chains (a quarter of the dependent latency), row r of T read four entries at a time.
+    for (int r = 0; r < 16; ++r) {
       float a4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j + 4 <= r; j += 4) {
-        const float4 tr = *reinterpret_cast<const float4*>(&s.T[r][j]);
-        a4[0] = fmaf(tr.x, l[j], a4[0]);
-        a4[1] = fmaf(tr.y, l[j + 1], a4[1]);
-        a4[2] = fmaf(tr.z, l[j + 2], a4[2]);
-        a4[3] = fmaf(tr.w, l[j + 3], a4[3]);
+        const float4 tr = *reinterpret_cast<const float4*>(&s.T[o + r][o + j]);
+        a4[0] = fmaf(tr.x, d[j], a4[0]);
+        a4[1] = fmaf(tr.y, d[j + 1], a4[1]);
+        a4[2] = fmaf(tr.z, d[j + 2], a4[2]);
+        a4[3] = fmaf(tr.w, d[j + 3], a4[3]);
       }
 #pragma unroll
-      for (int j = r & ~3; j < r; ++j) a4[j & 3] = fmaf(s.T[r][j], l[j], a4[j & 3]);
+      for (int j = r & ~3; j < r; ++j) a4[j & 3] = fmaf(s.T[o + r][o + j], d[j], a4[j & 3]);
       const float acc = (a4[0] + a4[1]) + (a4[2] + a4[3]);
-      l[r] = r < c ? 0.f : (r == c ? 1.f : -acc);
+      d[r] = r < c ? 0.f : (r == c ? 1.f : -acc);
     }
-    if constexpr (BWD) {
-      float* lm = reinterpret_cast<float*>(bblob + Lb::kLM);
 #pragma unroll
-      for (int r = 0; r < kC; ++r) lm[r * kC + c] = l[r];
-    }
+    for (int r = 1; r < 16; ++r)
+      if (r > c) s.T[o + c][o + r] = d[r];
   } else {
-    // ---- K̂ (decayed to the chunk end), Q̃ and the chunk decay, in fragment order ----
+    // ---- K̂ (decayed to the chunk end) in fragment order, beside the diagonal blocks ----
     const int u = tid - 64;
     constexpr int NU = NTH - 64;  // threads of this branch
     constexpr int nKH = 4 * 4 * (K / 32) * 32;
@@ -458,6 +467,72 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
       split2<NT>(v[2], v[3], x1);
       store_slot<NT>(blob + Lw::kKH + static_cast<int64_t>(i) * NT * 8, x0, x1);
     }
+  }
+  __syncthreads();
+  {
+    // b. P_KJ = T_KJ D_J: block b = (K, J) of (1,0) (2,1) (3,2) (2,0) (3,1) (3,0); lanes along the
+    // column c (D_J's column is row c of its transposed store), held until every thread has read
+    // T. D_J[k][c] is 1 at k = c, 0 above it.
+    constexpr int EP = 6 * 256 / NTH;
+    float pv[EP];
+#pragma unroll
+    for (int m = 0; m < EP; ++m) {
+      const int b = (m * NTH) >> 8, e = tid + m * NTH, r = (e >> 4) & 15, c = e & 15;
+      const int dd = b < 3 ? 1 : (b < 5 ? 2 : 3), J = b < 3 ? b : (b < 5 ? b - 3 : 0), Kb = J + dd;
+      const float* tr = &s.T[16 * Kb + r][16 * J];
+      const float* dc = &s.T[16 * J + c][16 * J];
+      float a4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+        const float4 t4 = *reinterpret_cast<const float4*>(tr + 4 * q4);
+        const float4 d4 = *reinterpret_cast<const float4*>(dc + 4 * q4);
+        const float tv[4] = {t4.x, t4.y, t4.z, t4.w}, dv[4] = {d4.x, d4.y, d4.z, d4.w};
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int k = 4 * q4 + x;
+          a4[x] = fmaf(tv[x], k > c ? dv[x] : (k == c ? 1.f : 0.f), a4[x]);
+        }
+      }
+      pv[m] = (a4[0] + a4[1]) + (a4[2] + a4[3]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < EP; ++m) {
+      const int b = (m * NTH) >> 8, e = tid + m * NTH, r = (e >> 4) & 15, c = e & 15;
+      const int dd = b < 3 ? 1 : (b < 5 ? 2 : 3), J = b < 3 ? b : (b < 5 ? b - 3 : 0), Kb = J + dd;
+      s.T[16 * Kb + r][16 * J + c] = pv[m];
+    }
+    __syncthreads();
+    // c. L_IJ, I = J + d: element (R, C) = -sum_j L[R][j] P[j][C] over rows j = 16(J+1) .. R
+    // (L[R][R] = 1), stored at s.T[C][R]. No block of a level reads another's output.
+    auto level = [&](auto dtag) {
+      constexpr int D = decltype(dtag)::value;
+      constexpr int EL = (4 - D) * 256 / NTH;
+#pragma unroll
+      for (int m = 0; m < EL; ++m) {
+        const int J = (m * NTH) >> 8, e = tid + m * NTH, r = (e >> 4) & 15, c = e & 15;
+        const int R = 16 * (J + D) + r, C = 16 * J + c;
+        float a4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int jj = 0; jj < 16 * D; ++jj) {
+          const int j = 16 * (J + 1) + jj;
+          const float lv = jj < 16 * (D - 1) ? s.T[j][R] : lval(R, j);
+          a4[jj & 3] = fmaf(lv, s.T[j][C], a4[jj & 3]);
+        }
+        s.T[C][R] = -((a4[0] + a4[1]) + (a4[2] + a4[3]));
+      }
+    };
+    level(std::integral_constant<int, 1>{});
+    __syncthreads();
+    level(std::integral_constant<int, 2>{});
+    __syncthreads();
+    level(std::integral_constant<int, 3>{});
+  }
+  {
+    // ---- Q̃ and the chunk decay in fragment order (and the backward's K̂ᵀ, s Q̃), every thread ----
+    const int u = tid;
+    constexpr int NU = NTH;
+    constexpr int nKH = 4 * 4 * (K / 32) * 32;
     constexpr int nQT = 4 * (K / 16) * 2 * 32;
     for (int i = u; i < nQT; i += NU) {
       const int ln = i & 31, gg = ln >> 2, tt = ln & 3;
@@ -521,11 +596,6 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
   }
   __syncthreads();
   if (A.prep_stop == 5) return;
-  // L replaces T (read next by W_a and W_z, past two more barriers) while Ã is formed.
-  if (tid < 64) {
-#pragma unroll
-    for (int r = 0; r < kC; ++r) s.T[r][tid] = l[r];
-  }
   // ---- Ã = A ⊙ Γ in place of G; q, k, b are then free for v and w ----
   // Eight channels per item (16 bytes of bf16 k, b, q; two items of four for fp32).
   {
@@ -574,14 +644,18 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
       if (chan_bw) *reinterpret_cast<uint4*>(&s.u.vw.w[r][c]) = vw;
     }
   }
-  // L (fp32, in T) into its bf16 terms, once, for the fragment loads of W_a and W_z.
+  // L (fp32, transposed in T's upper triangle) into its bf16 terms, once, for the fragment loads
+  // of W_a and W_z; lanes along rows (a column of the transposed store: no bank conflicts). The
+  // backward's blob takes L itself.
   for (int i = tid; i < kC * 32; i += NTH) {
-    const int r = i >> 5, cp = i & 31;
-    const float2 lv = *reinterpret_cast<const float2*>(&s.T[r][2 * cp]);
+    const int r = i & (kC - 1), cp = i / kC;
+    const float l0 = lval(r, 2 * cp), l1 = lval(r, 2 * cp + 1);
     uint32_t x[NT];
-    split2<NT>(lv.x, lv.y, x);
+    split2<NT>(l0, l1, x);
 #pragma unroll
     for (int k = 0; k < NT; ++k) s.u.vw.L[k][r][cp] = x[k];
+    if constexpr (BWD)
+      *reinterpret_cast<float2*>(bblob + Lb::kLM + 4 * (r * kC + 2 * cp)) = make_float2(l0, l1);
   }
   __syncthreads();
   if (A.prep_stop == 7) return;
