@@ -585,13 +585,7 @@ def timings(lib, log, quick, have_peer, bw, pick=None, lean=False, mm=float("nan
         os.environ["QEDCHECK_CHUNKED_OVERLAP"] = "0"
         row["ours_gdn2_serial_ms"] = time_ms(run)[0]
         del os.environ["QEDCHECK_CHUNKED_OVERLAP"]
-        # the state pass in clusters with multicast loads (QEDCHECK_CHUNKED_STATE_MCAST=1, off by
-        # default; not beside the prep pass; 2.7x slower at [2,16384,16,128] in run 23)
-        os.environ["QEDCHECK_CHUNKED_STATE_MCAST"] = "1"
-        row["ours_gdn2_mcast_ms"] = time_ms(run)[0]
         os.environ["QEDCHECK_CHUNKED_ONLY"] = "state"
-        row["state_mcast_ms"] = time_ms(run)[0]
-        del os.environ["QEDCHECK_CHUNKED_STATE_MCAST"]
         row["state_ms"] = time_ms(run)[0]
         del os.environ["QEDCHECK_CHUNKED_ONLY"]
         if not lean:
@@ -953,10 +947,7 @@ def main():
         # (one time column, rows named apart from the first table's for the gate's reader)
         table(["forward, passes in series", "time ms"],
               [[r["shape"] + " in series", ms(r, "ours_gdn2_serial_ms")] for r in tr])
-        table(["forward, state pass in clusters (multicast)", "time ms"],
-              [[r["shape"] + " clustered", ms(r, "ours_gdn2_mcast_ms")] for r in tr])
-        table(["shape", "state pass alone ms", "state pass alone, clustered ms"],
-              [[r["shape"], ms(r, "state_ms"), ms(r, "state_mcast_ms")] for r in tr])
+        table(["shape", "state pass alone ms"], [[r["shape"], ms(r, "state_ms")] for r in tr])
         # Our GDN-2 forward (first table) against the ceilings measured in the same call
         # (bench/roofline.py); no time column, so that the gate's table reader skips this table
         table(["shape", "model GFLOP", "TFLOP/s", "of bf16 matmul", "byte floor GB",

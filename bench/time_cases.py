@@ -20,7 +20,7 @@ repetitions after warm-up), each case list repeated so that drift between repeti
   --dry-run (first argument)  check the arguments and print the plan; needs no GPU and no torch
 
 Example: python3 bench/time_cases.py /tmp/qed-device-build "2,16384,16,128" \
-           "fwd||gdn2" "fwd clustered|QEDCHECK_CHUNKED_STATE_MCAST=1|gdn2" "peer||peer"
+           "fwd||gdn2" "fwd serial|QEDCHECK_CHUNKED_OVERLAP=0|gdn2" "peer||peer"
 Prints one line per case and repetition: "[x] B,T,H,K name median ms (min ms)".
 The knobs are read by the library at every call, so one prepared callable serves every setting.
 """

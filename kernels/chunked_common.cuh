@@ -84,13 +84,6 @@ struct Args {
   int overlap_seq_major = 0;  // the persistent prep pass's order: 0 chunk index first (no cu), 1 global chunks
   int64_t prep_free_slots = 0;  // prep blocks per device the persistent grid leaves room for
   int ready_mutant = 0;  // testing hook: the state pass does not wait for the flags
-  // The state pass in thread-block clusters (chunked_state.cu, launch_state_t): the value-tile
-  // blocks of one (sequence, head) load the fragments they share once, multicast to all of them.
-  // mc_req: asked for (QEDCHECK_CHUNKED_STATE_MCAST=1); mc: the cluster size the launch chose
-  // (0: none). mc_mutant (testing hook): W_z, which differs per block, multicast from rank 0 too.
-  int mc_req = 0;
-  int mc = 0;
-  int mc_mutant = 0;
   // Set only by the chunked backward's recomputing forward (chunked_backward.cu): the prep pass
   // also writes the backward's blob of every (chunk, head) (BwdLayout, bblob bytes each, at bws),
   // and the state pass stores U of every chunk, fp32 [chunk][H][kC][V], at u_out.

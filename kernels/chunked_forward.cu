@@ -35,9 +35,8 @@ chunked::Seq seq_of(const SeqTensor& t) {
 // Testing hook: QEDCHECK_CHUNKED_MUTANT=single (one bf16 term on the state path, the accuracy
 // of a plain bf16 kernel), =nofallback (no element-wise path for steep decays), =bulkload (the
 // state pass's bulk-copy loads leave out the chunk decay) or =nowait (the overlapped state pass
-// reads the blobs without waiting for them) or =mcastwz (the clustered state pass gives every block
-// rank 0's W_z). Used by the GPU tests to show that
-// their accuracy, extreme-decay and load-path checks fail on such kernels.
+// reads the blobs without waiting for them). Used by the GPU tests to show that their accuracy,
+// extreme-decay and load-path checks fail on such kernels.
 const char* mutant() {
   const char* m = std::getenv("QEDCHECK_CHUNKED_MUTANT");
   return m ? m : "";
@@ -190,10 +189,6 @@ Args make_args(const ChunkedForwardParams& p, Mode m) {
   if (std::strcmp(mutant(), "nofallback") == 0) A.max_diag = 1e30f;
   if (std::strcmp(mutant(), "bulkload") == 0) A.load_mutant = 1;
   if (std::strcmp(mutant(), "nowait") == 0) A.ready_mutant = 1;
-  // The state pass in clusters with multicast loads (chunked_state.cu; off unless asked for):
-  // QEDCHECK_CHUNKED_STATE_MCAST=1; mutant mcastwz: every block of a cluster gets rank 0's W_z
-  if (const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_MCAST"); e && std::strcmp(e, "1") == 0) A.mc_req = 1;
-  if (std::strcmp(mutant(), "mcastwz") == 0) A.mc_mutant = 1;
   // Benchmark hook: QEDCHECK_CHUNKED_PREP_STOP=k (1..7) ends the prep pass after its phase k
   // (load, decay cumsum, QED prologue, T/M, L with K^/Q~, A~, v/w load; W_a/W_z is the rest), to
   // time the phases by difference. Its workspace output is then incomplete.

@@ -51,13 +51,10 @@ __device__ __forceinline__ void store_out(const Args& A, int64_t idx, float x) {
 // the same).
 // OUT = false (benchmark hook QEDCHECK_CHUNKED_STATE_NOOUT=1 only): the state alone, without the
 // read-out (no Q̃ᵀ, Mᵀ loads or products, o not written), to time what the o path costs a step.
-// MC (bulk loads only; chosen by launch_state_t where A.mc_req asks for it): the instance for
-// thread-block clusters (below), so that the other instances carry none of its code or registers.
-template <int K, int MT, int NT, int NTQ, int NW, int LD, bool ILP = false, bool OUT = true, bool MC = false>
+template <int K, int MT, int NT, int NTQ, int NW, int LD, bool ILP = false, bool OUT = true>
 __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
   static_assert(!ILP || MT == 1, "state_kernel: ILP is for one value tile");
   static_assert(OUT || LD == 1, "state_kernel: the state-only instance loads by bulk copies");
-  static_assert(!MC || LD == 1, "state_kernel: clusters load by bulk copies");
   using Lw = WsLayout<K, NT, NTQ>;
   using Z = StateSizes<K, MT, NT, NTQ, NW>;
   using Sh = WarpShare<K, NW>;
@@ -87,23 +84,6 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncwarp();
-  // Clusters (A.mc > 1, bulk loads only): the blocks of one (sequence, head) and its A.mc value
-  // tiles. Every fragment but W_z is the same for all of them: each block issues a share of those
-  // copies, multicast to all (every block's mbarriers still expect all the bytes), and W_z alone.
-  // A block may then write into its peers' buffers, so the step's two block barriers become
-  // cluster barriers (no block refills a buffer a peer is still reading) and the mbarriers of
-  // every block are initialised before any copy starts. A cluster's blocks walk the same chunks.
-  const int mc = MC ? A.mc : 0;
-  const int mrank = mc > 1 ? cluster_rank() : 0;
-  const uint16_t mmask = static_cast<uint16_t>((1u << (mc > 1 ? mc : 1)) - 1u);
-  if (mc > 1) cluster_sync();
-  auto step_sync = [&]() {
-    if (mc > 1)
-      cluster_sync();
-    else
-      __syncthreads();
-  };
-
   // This warp's fragments of the blob (layouts in chunked_common.cuh): -W_aᵀ and Q̃ᵀ slots
   // [rb][kb][nt0..][lane], W_zᵀ tiles [vb][rb][nt0..][lane]; K̂ slots [qs][kb][nq0..][lane],
   // Mᵀ slots [rb][kb <= rb][nt0..][lane], and the decay of its channels.
@@ -117,22 +97,8 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
     __syncwarp();
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     int base = 0;
-    if (mc > 1) {
-      int mb = warp;  // the warps' first shared segments go to different blocks
-      bulk_segs_mc(bufA, bl + Lw::kWA + (rb * NKB * 2 + nt0) * FB, NKB, RT * FB, 2 * FB, lane, mb, barA, mrank, mc, mmask);
-      if (OUT)
-        bulk_segs_mc(bufA + Z::aWA, bl + Lw::kQT + (rb * NKB * 2 + nt0) * FQ, NKB, RT * FQ, 2 * FQ, lane, mb, barA, mrank,
-                     mc, mmask);
-      if (A.mc_mutant) {  // testing hook: rank 0's W_z for every block
-        if (mrank == 0)
-          bulk_segs_mc(bufA + Z::aWA + Z::aQT, bl + Lw::kWZ + (((vt * MT) * 4 + rb) * 2 + nt0) * 512, MT, RT * 512,
-                       4 * 2 * 512, lane, base, barA, 0, 1, mmask);
-        return;
-      }
-    } else {
-      bulk_segs(bufA, bl + Lw::kWA + (rb * NKB * 2 + nt0) * FB, NKB, RT * FB, 2 * FB, lane, base, barA);
-      if (OUT) bulk_segs(bufA + Z::aWA, bl + Lw::kQT + (rb * NKB * 2 + nt0) * FQ, NKB, RT * FQ, 2 * FQ, lane, base, barA);
-    }
+    bulk_segs(bufA, bl + Lw::kWA + (rb * NKB * 2 + nt0) * FB, NKB, RT * FB, 2 * FB, lane, base, barA);
+    if (OUT) bulk_segs(bufA + Z::aWA, bl + Lw::kQT + (rb * NKB * 2 + nt0) * FQ, NKB, RT * FQ, 2 * FQ, lane, base, barA);
     bulk_segs(bufA + Z::aWA + Z::aQT, bl + Lw::kWZ + (((vt * MT) * 4 + rb) * 2 + nt0) * 512, MT, RT * 512, 4 * 2 * 512,
               lane, base, barA);
   };
@@ -144,18 +110,6 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
     __syncwarp();
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     int base = 0;
-    if (mc > 1) {  // every B fragment is shared by the cluster's blocks
-      base = warp;
-      bulk_segs_mc(bufB, bl + Lw::kKH + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB, Sh::NQ4 * FB, lane, base, barB, mrank,
-                   mc, mmask);
-      if (OUT)
-        bulk_segs_mc(bufB + Z::bKH, bl + Lw::kMM + (rb * 4 * 2 + nt0) * FQ, rb + 1, RT * FQ, 2 * FQ, lane, base, barB,
-                     mrank, mc, mmask);
-      if (!A.load_mutant)
-        bulk_segs_mc(bufB + Z::bKH + Z::bMM, bl + Lw::kGC + warp * KW * 4, 1, KW * 4, KW * 4, lane, base, barB, mrank,
-                     mc, mmask);
-      return;
-    }
     bulk_segs(bufB, bl + Lw::kKH + (qs * 4 * Sh::NQ4 + nq0) * FB, 4, NN * FB, Sh::NQ4 * FB, lane, base, barB);
     if (OUT) bulk_segs(bufB + Z::bKH, bl + Lw::kMM + (rb * 4 * 2 + nt0) * FQ, rb + 1, RT * FQ, 2 * FQ, lane, base, barB);
     if (!A.load_mutant)  // testing hook: the decay of this warp's channels is never loaded
@@ -317,7 +271,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
         }
       }
     }
-    step_sync();
+    __syncthreads();
     if (ci + 1 < nch) loadA(ci + 1);
     if constexpr (LD == 0) {
       cp_commit();
@@ -409,10 +363,9 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
           }
       writeS();
     }
-    step_sync();
+    __syncthreads();
   }
   if constexpr (LD == 0) cp_wait<0>();
-  if (mc > 1) cluster_sync();  // no block leaves while a peer's copies may still be landing in it
   if (A.ht) {
 #pragma unroll
     for (int m = 0; m < MT; ++m)
@@ -467,50 +420,17 @@ template <int K, int MT, int NT, int NTQ, int NW>
 cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
   using Z = StateSizes<K, MT, NT, NTQ, NW>;
   auto kern = bulk_loads(K, NW) ? state_kernel<K, MT, NT, NTQ, NW, 1> : state_kernel<K, MT, NT, NTQ, NW, 0>;
-  bool noout = false;
   if constexpr (MT == 1 && NT == 2 && K == 128) {
     if (state_ilp())
       kern = bulk_loads(K, NW) ? state_kernel<K, 1, NT, NTQ, NW, 1, true> : state_kernel<K, 1, NT, NTQ, NW, 0, true>;
-    if (const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_NOOUT"); e && std::strcmp(e, "1") == 0) {
+    if (const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_NOOUT"); e && std::strcmp(e, "1") == 0)
       kern = state_kernel<K, 1, NT, NTQ, NW, 1, true, false>;
-      noout = true;
-    }
   }
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
   if (e != cudaSuccess) return e;
   const int64_t vt = A.V / (16 * MT);
   if (A.N == 0 || A.H == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(A.N), static_cast<unsigned>(A.H), static_cast<unsigned>(vt));
-  // Clusters of a (sequence, head)'s vt value-tile blocks (A.mc_req; not beside the prep pass,
-  // bulk loads on four warps at K = 128, 2 to 8 blocks; with the read-out: the NOOUT hook keeps
-  // the plain launch) where the device can place at least one such cluster.
-  if constexpr (K == 128 && NW == 4) {
-    if (A.mc_req && !A.ready && !noout && bulk_loads(K, NW) && vt >= 2 && vt <= 8) {
-      auto kmc = state_kernel<K, MT, NT, NTQ, NW, 1, false, true, true>;
-      if constexpr (MT == 1 && NT == 2 && K == 128)
-        if (state_ilp()) kmc = state_kernel<K, 1, NT, NTQ, NW, 1, true, true, true>;
-      e = cudaFuncSetAttribute(kmc, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
-      if (e != cudaSuccess) return e;
-      Args B = A;
-      B.mc = static_cast<int>(vt);
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = grid;
-      cfg.blockDim = dim3(NW * 32);
-      cfg.dynamicSmemBytes = Z::total;
-      cfg.stream = st;
-      cudaLaunchAttribute at[1];
-      at[0].id = cudaLaunchAttributeClusterDimension;
-      at[0].val.clusterDim.x = 1;
-      at[0].val.clusterDim.y = 1;
-      at[0].val.clusterDim.z = static_cast<unsigned>(vt);
-      cfg.attrs = at;
-      cfg.numAttrs = 1;
-      int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, kmc, &cfg) == cudaSuccess && clusters > 0)
-        return cudaLaunchKernelEx(&cfg, kmc, B);
-      (void)cudaGetLastError();  // no room for such a cluster: the plain launch below
-    }
-  }
   if (A.ready) {
     // the overlapped forward: may start while the prep pass runs (it waits on A.ready's flags)
     cudaLaunchConfig_t cfg = {};

@@ -59,26 +59,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes,
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
-// The same copy multicast to every CTA of `mask` in the cluster (thread-block clusters): the bytes
-// land at the same shared-memory offset in each and complete on each one's mbarrier at the same
-// offset, while L2 serves them once.
-__device__ __forceinline__ void bulk_copy_mc(void* dst, const void* src, int bytes, uint32_t bar,
-                                             uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1], %2, [%3], %4;\n" ::"r"(sh_addr(dst)),
-      "l"(src), "r"(bytes), "r"(bar), "h"(mask)
-      : "memory");
-}
-// This CTA's rank in its cluster, and a barrier of every thread of the cluster (release, acquire).
-__device__ __forceinline__ int cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return static_cast<int>(r);
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
 // This warp's part of one load: `count` segments of `seg` bytes, `stride` apart in global memory,
 // to consecutive places in shared memory (one segment when they are contiguous), spread over the
 // lanes from lane `base` on (base counts the segments of the load's earlier groups).
@@ -87,17 +67,6 @@ __device__ __forceinline__ void bulk_segs(char* dst, const char* src, int count,
   if (seg == stride) seg *= count, count = 1;
   for (int j = (lane - base) & 31; j < count; j += 32)
     bulk_copy(dst + j * seg, src + static_cast<int64_t>(j) * stride, seg, bar);
-  base += count;
-}
-// bulk_segs for the `cl` CTAs of a cluster that all load the same bytes: segment `base + j` is
-// issued by the CTA of rank (base + j) % cl and multicast to all of them (mask), so each CTA's
-// mbarrier receives every byte while each CTA issues about 1/cl of the copies.
-__device__ __forceinline__ void bulk_segs_mc(char* dst, const char* src, int count, int seg,
-                                             int stride, int lane, int& base, uint32_t bar, int rank,
-                                             int cl, uint16_t mask) {
-  if (seg == stride) seg *= count, count = 1;
-  for (int j = lane; j < count; j += 32)
-    if ((base + j) % cl == rank) bulk_copy_mc(dst + j * seg, src + static_cast<int64_t>(j) * stride, seg, bar, mask);
   base += count;
 }
 __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {

@@ -20,10 +20,10 @@ set_tests_properties(roofline_counts PROPERTIES LABELS cpu TIMEOUT 60
 # regular expressions, so the second test also fails on a traceback).
 add_test(NAME time_cases_plan
          COMMAND ${QEDCHECK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/time_cases.py --dry-run /nonexistent
-                 "2,16384,16,128" "fwd||gdn2" "fwd clustered|QEDCHECK_CHUNKED_STATE_MCAST=1|gdn2")
+                 "2,16384,16,128" "fwd||gdn2" "fwd serial|QEDCHECK_CHUNKED_OVERLAP=0|gdn2")
 set_tests_properties(time_cases_plan PROPERTIES LABELS cpu TIMEOUT 60
   PASS_REGULAR_EXPRESSION
-  "^plan 2,16384,16,128 fwd gdn2 - x2\nplan 2,16384,16,128 fwd clustered gdn2 QEDCHECK_CHUNKED_STATE_MCAST=1 x2\n$")
+  "^plan 2,16384,16,128 fwd gdn2 - x2\nplan 2,16384,16,128 fwd serial gdn2 QEDCHECK_CHUNKED_OVERLAP=0 x2\n$")
 add_test(NAME time_cases_bad_case
          COMMAND ${QEDCHECK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/time_cases.py --dry-run /nonexistent
                  "2,16384,16,128" "fwd|QEDCHECK_CHUNKED_MT|gdn2")
