@@ -362,6 +362,26 @@ TEST(Certify, ResumesAfterInterruptionWithoutLosingCells) {
   EXPECT_EQ(third.cells_resumed, 16);
 }
 
+// A CUDA certificate is resumed only by a binary of the kernels that measured it: another
+// binary would add its cells under its own fingerprint beside the old kernels' cells (certify
+// applies this to every existing CUDA certificate in --out before reading its journal).
+TEST(Certify, ResumeRefusesCertificatesOfOtherKernels) {
+  EXPECT_NO_THROW(require_same_kernels("d/cuda-chunked+bf16.json", "f3f67a07d5b7f28b", "f3f67a07d5b7f28b"));
+  // unknown on either side (a certificate from before fingerprints, a binary without kernels)
+  EXPECT_NO_THROW(require_same_kernels("d/cuda-chunked+bf16.json", "", "f3f67a07d5b7f28b"));
+  EXPECT_NO_THROW(require_same_kernels("d/cuda-chunked+bf16.json", "ddd5b652d26bcc3c", ""));
+  try {
+    require_same_kernels("d/cuda-chunked+bf16.json", "ddd5b652d26bcc3c", "f3f67a07d5b7f28b");
+    ADD_FAILURE() << "a certificate of other kernels was accepted for resuming";
+  } catch (const qed::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("d/cuda-chunked+bf16.json"), std::string::npos) << m;
+    EXPECT_NE(m.find("ddd5b652d26bcc3c"), std::string::npos) << m;
+    EXPECT_NE(m.find("f3f67a07d5b7f28b"), std::string::npos) << m;
+    EXPECT_NE(m.find("--out"), std::string::npos) << m;
+  }
+}
+
 TEST(Certify, MeasuresWhatItClaims) {
   // The recurrent float twin on float32 inputs: errors of a few float roundings, oracle digits
   // well above what is measured, and a fit for every series of two or more lengths.

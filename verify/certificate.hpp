@@ -173,6 +173,12 @@ Certificate read_certificate(const std::string& path);
 std::string certificate_text(const Certificate& cert);
 void write_certificate(const std::string& path, const Certificate& cert);
 
+// Resuming a CUDA kernel's certificate measured by other kernels would mix cells of two kernels
+// under one fingerprint: throws qed::Error naming the file and both fingerprints when `recorded`
+// (the certificate's) and `current` (this binary's) are both known and differ.
+void require_same_kernels(const std::string& certificate_path, const std::string& recorded,
+                          const std::string& current);
+
 // The journal next to a certificate ("X.json" -> "X.journal.jsonl"): one finished cell a line.
 std::string journal_path(const std::string& certificate_path);
 // Appends by rewriting the whole file to a temporary one, fsync, rename: a crash leaves the old

@@ -89,6 +89,15 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   }
 }
 
+void require_same_kernels(const std::string& certificate_path, const std::string& recorded,
+                          const std::string& current) {
+  if (recorded.empty() || current.empty() || recorded == current) return;
+  throw qed::Error(certificate_path + ": kernel_fingerprint " + recorded +
+                   " (the kernels that measured its cells) is not this binary's " + current +
+                   "; resuming would mix cells of two kernels in one certificate: certify into "
+                   "another --out folder, or move this certificate and its journal away");
+}
+
 std::string journal_path(const std::string& certificate_path) {
   const std::string ext = ".json";
   if (certificate_path.size() > ext.size() &&

@@ -215,6 +215,10 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
         throw qed::Error(paths[i] + ": certifies " + c.subject.name() + ", not " +
                          subjects[i].name());
       if (c.mode != run_mode) c.mode = "mixed";
+#ifdef QEDCHECK_HAVE_CUDA
+      if (c.subject.impl.rfind("cuda-", 0) == 0)
+        require_same_kernels(paths[i], c.kernel_fingerprint, kernels::source_fingerprint());
+#endif
     } else {
       c.subject = subjects[i];
       c.mode = run_mode;
