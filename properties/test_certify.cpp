@@ -382,6 +382,44 @@ TEST(Certify, ResumeRefusesCertificatesOfOtherKernels) {
   }
 }
 
+// The same for the journal: a CUDA subject's lines carry the fingerprint of the kernels that
+// measured them, and a binary of other kernels (or a line of unknown kernels, written before lines
+// had fingerprints) is refused with the file, the line and both fingerprints, even when no
+// certificate lies beside the journal (an interrupted first run leaves only the journal). Lines
+// are read back through journal_read with the fingerprints a CUDA binary would pass.
+TEST(Certify, JournalRefusesLinesOfOtherKernels) {
+  const uint64_t seed = test_seed();
+  Scratch tmp("certify-journal-kernels");
+  CertifyOptions o = tiny_sweep(tmp.dir.string(), seed);
+  o.max_new_cells = 2;
+  run_certify(o, nullptr);
+  const std::string journal = journal_path(tmp / "reference-chunked+fp32.json");
+  const Subject subject = make_subject("reference-chunked", "fp32");
+  ASSERT_EQ(journal_read(journal, subject).size(), 2u);  // a CPU subject: no fingerprint asked
+
+  auto refused = [&](const std::string& current, const std::string& expect_recorded) {
+    try {
+      journal_read(journal, subject, nullptr, current);
+      ADD_FAILURE() << "journal lines of other kernels were accepted (current " << current << ")";
+    } catch (const qed::Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(journal + ":1:"), std::string::npos) << m;
+      EXPECT_NE(m.find(current), std::string::npos) << m;
+      EXPECT_NE(m.find(expect_recorded), std::string::npos) << m;
+      EXPECT_NE(m.find("--out"), std::string::npos) << m;
+    }
+  };
+  refused("f3f67a07d5b7f28b", "none recorded");  // lines from before fingerprints
+
+  // The same lines as a CUDA binary writes them (journal_append with a fingerprint).
+  std::vector<CellResult> cells = journal_read(journal, subject);
+  std::filesystem::remove(journal);
+  for (const auto& c : cells) journal_append(journal, subject, c, "ddd5b652d26bcc3c");
+  EXPECT_EQ(count_lines(journal), 2);
+  EXPECT_EQ(journal_read(journal, subject, nullptr, "ddd5b652d26bcc3c").size(), 2u);
+  refused("f3f67a07d5b7f28b", "ddd5b652d26bcc3c");
+}
+
 TEST(Certify, MeasuresWhatItClaims) {
   // The recurrent float twin on float32 inputs: errors of a few float roundings, oracle digits
   // well above what is measured, and a fit for every series of two or more lengths.

@@ -183,11 +183,17 @@ void require_same_kernels(const std::string& certificate_path, const std::string
 std::string journal_path(const std::string& certificate_path);
 // Appends by rewriting the whole file to a temporary one, fsync, rename: a crash leaves the old
 // journal or the new one, never half a line.
-void journal_append(const std::string& path, const Subject& subject, const CellResult& cell);
+// A CUDA subject's lines carry the kernel fingerprint of the binary that measured them.
+void journal_append(const std::string& path, const Subject& subject, const CellResult& cell,
+                    const std::string& kernel_fingerprint = "");
 // Cells of `subject` recorded in the journal (lines of other subjects or unreadable lines are
-// skipped and counted in *skipped).
+// skipped and counted in *skipped). With a kernel fingerprint (a CUDA subject read by a binary
+// with kernels), every line of the subject must carry that fingerprint: a line of other kernels,
+// or of unknown ones (written before journal lines had fingerprints), throws qed::Error naming
+// the file, the line and both fingerprints, since resuming would mix cells of two kernels.
 std::vector<CellResult> journal_read(const std::string& path, const Subject& subject,
-                                     int* skipped = nullptr);
+                                     int* skipped = nullptr,
+                                     const std::string& kernel_fingerprint = "");
 
 // write(2) + fsync + rename(2) + fsync of the folder.
 void write_file_atomic(const std::string& path, const std::string& text);

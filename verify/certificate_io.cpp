@@ -106,22 +106,25 @@ std::string journal_path(const std::string& certificate_path) {
   return certificate_path + ".journal.jsonl";
 }
 
-void journal_append(const std::string& path, const Subject& subject, const CellResult& cell) {
+void journal_append(const std::string& path, const Subject& subject, const CellResult& cell,
+                    const std::string& kernel_fingerprint) {
   bool exists = false;
   std::string text = read_all(path, exists);
   if (!text.empty() && text.back() != '\n') text += '\n';
   nlohmann::json line = {
       {"schema", kJournalSchema}, {"subject", subject.name()}, {"cell", cell_to_json(cell)}};
+  if (!kernel_fingerprint.empty()) line["kernel_fingerprint"] = kernel_fingerprint;
   text += line.dump() + '\n';
   write_file_atomic(path, text);
 }
 
 std::vector<CellResult> journal_read(const std::string& path, const Subject& subject,
-                                     int* skipped) {
+                                     int* skipped, const std::string& kernel_fingerprint) {
   bool exists = false;
   const std::string text = read_all(path, exists);
   std::vector<CellResult> cells;
   int bad = 0;
+  std::string foreign;  // the first line of other (or unknown) kernels, thrown after the loop
   std::istringstream in(text);
   std::string line;
   int lineno = 0;
@@ -136,6 +139,18 @@ std::vector<CellResult> journal_read(const std::string& path, const Subject& sub
         ++bad;
         continue;
       }
+      if (!kernel_fingerprint.empty()) {
+        const std::string recorded = j.value("kernel_fingerprint", "");
+        if (recorded != kernel_fingerprint) {
+          foreign = fmt::format(
+              "{}:{}: kernel_fingerprint {} is not this binary's {}; resuming would mix cells of "
+              "two kernels in one certificate: certify into another --out folder, or move this "
+              "journal and its certificate away",
+              path, lineno, recorded.empty() ? "none recorded (a line of unknown kernels)" : recorded,
+              kernel_fingerprint);
+          break;
+        }
+      }
       CellResult c = cell_from_json(j["cell"], fmt::format("{}:{}", path, lineno));
       // A later line for the same cell (a re-measurement) replaces the earlier one.
       bool replaced = false;
@@ -149,6 +164,7 @@ std::vector<CellResult> journal_read(const std::string& path, const Subject& sub
       ++bad;
     }
   }
+  if (!foreign.empty()) throw qed::Error(foreign);
   if (skipped) *skipped = bad;
   return cells;
 }

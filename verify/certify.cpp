@@ -206,6 +206,13 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
   std::filesystem::create_directories(opt.out_dir);
   std::vector<Certificate> certs(subjects.size());
   std::vector<std::string> paths(subjects.size());
+  // Each subject's kernel fingerprint: this binary's for a CUDA kernel, none for a CPU reference
+  // (journal lines carry it; journal_read refuses lines of other kernels).
+  std::vector<std::string> fingerprints(subjects.size());
+#ifdef QEDCHECK_HAVE_CUDA
+  for (size_t i = 0; i < subjects.size(); ++i)
+    if (subjects[i].impl.rfind("cuda-", 0) == 0) fingerprints[i] = kernels::source_fingerprint();
+#endif
   for (size_t i = 0; i < subjects.size(); ++i) {
     paths[i] = (std::filesystem::path(opt.out_dir) / (subjects[i].name() + ".json")).string();
     Certificate& c = certs[i];
@@ -226,7 +233,7 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
     }
     c.bound_floor = subject_bound_floor(subjects[i]);
     int bad = 0;
-    for (auto& jc : journal_read(journal_path(paths[i]), subjects[i], &bad)) {
+    for (auto& jc : journal_read(journal_path(paths[i]), subjects[i], &bad, fingerprints[i])) {
       auto it = std::find_if(c.cells.begin(), c.cells.end(),
                              [&](const CellResult& x) { return x.spec.key() == jc.spec.key(); });
       if (it != c.cells.end())
@@ -321,7 +328,7 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
       const size_t i = p.subjects[k];
       CellResult& r = results[k];
       finalize_cell(r, certs[i].safety_factor, certs[i].bound_floor, unit_roundoff(p.case_dtype));
-      journal_append(journal_path(paths[i]), subjects[i], r);
+      journal_append(journal_path(paths[i]), subjects[i], r, fingerprints[i]);
       auto it = std::find_if(certs[i].cells.begin(), certs[i].cells.end(),
                              [&](const CellResult& x) { return x.spec.key() == r.spec.key(); });
       if (it != certs[i].cells.end())
