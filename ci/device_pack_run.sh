@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# One device call for a kernel change, from packs built on the CPU machine (nothing is built on
+# the device): times the change against its base in alternating processes, then runs the chunked
+# GPU tests beside a full CUDA re-certification, and prints a short table last.
+#   NEW   a pack of the changed tree (bash ci/device_pack.sh out/new.tar.xz)
+#   OLD   optional: the base tree's libchunked_capi.so, xz-compressed (in a worktree of the base:
+#         BUILD_CAPI=/tmp/oldcapi bash ci/device_pack.sh /tmp/old.tar.xz, or just its bench/device
+#         build: cmake -S bench/device -B /tmp/oldcapi && ninja -C /tmp/oldcapi chunked_capi)
+# Usage on the device (carry the folder holding the packs, e.g. out/):
+#   bash ci/device_pack_run.sh out/new.tar.xz [out/old_capi.so.xz]
+# Knobs: PACK_SHAPES (default "8,4096,16,128;2,16384,16,128"), PACK_CASES (time_cases.py cases,
+# default GDN-2 and QED forward and training pair), PACK_ROUNDS (alternations, 2),
+# PACK_TIMING=0 / PACK_TESTS=0 / PACK_CERTIFY=0 (skip a stage), PACK_CERT_TIMEOUT (s, 300),
+# PACK_THREADS (certify's, 15). Outputs under $OUT: timing.log, test_gpu_*.log, certify.log and
+# certs.tar (the certificates and journals, re-tarred every 20 s so that a call cut by its time
+# limit still returns what was measured: certify resumes from them with the same kernels).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+NEW=${1:?usage: bash ci/device_pack_run.sh NEW.tar.xz [OLD_CAPI.so.xz]}
+OLD=${2:-}
+OUT=${OUT:-$ROOT/out-device}
+mkdir -p "$OUT"
+[[ -f $NEW ]] || { echo "device_pack_run: $NEW: no such pack" >&2; exit 2; }
+[[ -z $OLD || -f $OLD ]] || { echo "device_pack_run: $OLD: no such file" >&2; exit 2; }
+W=$(mktemp -d)
+mkdir -p "$W/n" "$W/o/capi" "$W/certs"
+xz -dc "$NEW" | tar -C "$W/n" -xf - || { echo "device_pack_run: cannot unpack $NEW" >&2; exit 2; }
+[[ -n $OLD ]] && xz -dc "$OLD" >"$W/o/capi/libchunked_capi.so"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+"$W/n/devbundle/qedcheck" --version >>"$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+
+SHAPES=${PACK_SHAPES:-8,4096,16,128;2,16384,16,128}
+read -r -a CASES <<<"${PACK_CASES:-fwd||gdn2 qed||qed train||train trainq||trainq}"
+if [[ ${PACK_TIMING:-1} != 0 ]]; then
+  sides=(n)
+  [[ -n $OLD ]] && sides=(n o)
+  for ((rep = 1; rep <= ${PACK_ROUNDS:-2}; ++rep)); do
+    for side in "${sides[@]}"; do
+      echo "== $side rep $rep" >>"$OUT/timing.log"
+      TIME_CASES_REPS=2 timeout 120 python3 bench/time_cases.py "$W/$side/capi" "$SHAPES" "${CASES[@]}" \
+        >>"$OUT/timing.log" 2>&1
+    done
+  done
+fi
+
+tp=
+if [[ ${PACK_TESTS:-1} != 0 ]]; then
+  (for t in test_gpu_chunked test_gpu_chunked_props test_gpu_chunked_backward; do
+    QED_GPU_QUICK=1 timeout 300 "$W/n/tests/$t" >"$OUT/$t.log" 2>&1
+    echo "$t rc=$?" >>"$OUT/tests.rc"
+  done) &
+  tp=$!
+fi
+if [[ ${PACK_CERTIFY:-1} != 0 ]]; then
+  (timeout "${PACK_CERT_TIMEOUT:-300}" "$W/n/devbundle/qedcheck" certify --impl cuda-chunked cuda-recurrent \
+    --quick --out "$W/certs" --threads "${PACK_THREADS:-15}" >"$OUT/certify.log" 2>&1
+  echo "certify rc=$?" >>"$OUT/certify.log") &
+  cpid=$!
+  while kill -0 "$cpid" 2>/dev/null; do
+    sleep 20
+    tar -C "$W" -cf "$OUT/certs.tar" certs 2>/dev/null
+  done
+  tar -C "$W" -cf "$OUT/certs.tar" certs
+fi
+[[ -n $tp ]] && wait "$tp"
+
+echo "== summary"
+[[ -f $OUT/tests.rc ]] && cat "$OUT/tests.rc" && grep -h "PASSED\|FAILED" "$OUT"/test_gpu_*.log
+[[ -f $OUT/certify.log ]] && tail -2 "$OUT/certify.log"
+if [[ -f $OUT/timing.log ]]; then
+  python3 - "$OUT/timing.log" <<'PY'
+import collections, re, sys
+runs, side = collections.defaultdict(list), None
+for line in open(sys.argv[1]):
+    m = re.match(r"== (\w) rep", line)
+    if m:
+        side = m.group(1)
+        continue
+    m = re.match(r"\[x\]\s+(\S+)\s+(\S+)\s+([\d.]+)", line)
+    if m:
+        runs[(m.group(1), m.group(2), side)].append(m.group(3))
+print("| shape | case | new (ms) | old (ms) |")
+print("| --- | --- | --- | --- |")
+for shape, case in sorted({(a, b) for a, b, _ in runs}):
+    print(f"| {shape} | {case} | {' / '.join(runs[(shape, case, 'n')])} | {' / '.join(runs[(shape, case, 'o')]) or '-'} |")
+PY
+fi
+rm -rf "$W"
