@@ -207,7 +207,8 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
   std::vector<Certificate> certs(subjects.size());
   std::vector<std::string> paths(subjects.size());
   // Each subject's kernel fingerprint: this binary's for a CUDA kernel, none for a CPU reference
-  // (journal lines carry it; journal_read refuses lines of other kernels).
+  // (or a binary without kernels). The certificate and every journal line record it, and both are
+  // resumed only with the same (require_same_kernels, journal_read).
   std::vector<std::string> fingerprints(subjects.size());
 #ifdef QEDCHECK_HAVE_CUDA
   for (size_t i = 0; i < subjects.size(); ++i)
@@ -222,10 +223,7 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
         throw qed::Error(paths[i] + ": certifies " + c.subject.name() + ", not " +
                          subjects[i].name());
       if (c.mode != run_mode) c.mode = "mixed";
-#ifdef QEDCHECK_HAVE_CUDA
-      if (c.subject.impl.rfind("cuda-", 0) == 0)
-        require_same_kernels(paths[i], c.kernel_fingerprint, kernels::source_fingerprint());
-#endif
+      require_same_kernels(paths[i], c.kernel_fingerprint, fingerprints[i]);
     } else {
       c.subject = subjects[i];
       c.mode = run_mode;
@@ -294,9 +292,7 @@ CertifySummary run_certify(const CertifyOptions& opt, std::FILE* log) {
     c.machine = machine;
     if (c.subject.impl.rfind("cuda-", 0) == 0) {
       c.machine.gpu = gpu;
-#ifdef QEDCHECK_HAVE_CUDA
-      c.kernel_fingerprint = kernels::source_fingerprint();
-#endif
+      c.kernel_fingerprint = fingerprints[i];
     }
     c.git_commit = commit;
     c.git_tree = tree;
