@@ -89,13 +89,24 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   }
 }
 
+namespace {
+// The refusal of require_same_kernels and journal_read: `where` (a file, or file:line) was
+// measured by the kernels `recorded`, not by this binary's `current`.
+std::string other_kernels(const std::string& where, const std::string& recorded,
+                          const std::string& current, const char* to_move) {
+  return fmt::format(
+      "{}: kernel_fingerprint {} is not this binary's {}; resuming would mix cells of two kernels "
+      "in one certificate: certify into another --out folder, or move {} away",
+      where, recorded, current, to_move);
+}
+}  // namespace
+
 void require_same_kernels(const std::string& certificate_path, const std::string& recorded,
                           const std::string& current) {
   if (recorded.empty() || current.empty() || recorded == current) return;
-  throw qed::Error(certificate_path + ": kernel_fingerprint " + recorded +
-                   " (the kernels that measured its cells) is not this binary's " + current +
-                   "; resuming would mix cells of two kernels in one certificate: certify into "
-                   "another --out folder, or move this certificate and its journal away");
+  const std::string measured_by = recorded + " (the kernels that measured its cells)";
+  throw qed::Error(
+      other_kernels(certificate_path, measured_by, current, "this certificate and its journal"));
 }
 
 std::string journal_path(const std::string& certificate_path) {
@@ -142,12 +153,10 @@ std::vector<CellResult> journal_read(const std::string& path, const Subject& sub
       if (!kernel_fingerprint.empty()) {
         const std::string recorded = j.value("kernel_fingerprint", "");
         if (recorded != kernel_fingerprint) {
-          foreign = fmt::format(
-              "{}:{}: kernel_fingerprint {} is not this binary's {}; resuming would mix cells of "
-              "two kernels in one certificate: certify into another --out folder, or move this "
-              "journal and its certificate away",
-              path, lineno, recorded.empty() ? "none recorded (a line of unknown kernels)" : recorded,
-              kernel_fingerprint);
+          foreign = other_kernels(
+              fmt::format("{}:{}", path, lineno),
+              recorded.empty() ? "none recorded (a line of unknown kernels)" : recorded,
+              kernel_fingerprint, "this journal and its certificate");
           break;
         }
       }
