@@ -129,8 +129,8 @@ void journal_append(const std::string& path, const Subject& subject, const CellR
   write_file_atomic(path, text);
 }
 
-std::vector<CellResult> journal_read(const std::string& path, const Subject& subject,
-                                     int* skipped, const std::string& kernel_fingerprint) {
+std::vector<CellResult> journal_read(const std::string& path, const Subject& subject, int* skipped,
+                                     const std::string& kernel_fingerprint) {
   bool exists = false;
   const std::string text = read_all(path, exists);
   std::vector<CellResult> cells;
