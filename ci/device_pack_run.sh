@@ -24,9 +24,12 @@ mkdir -p "$OUT"
 [[ -f $NEW ]] || { echo "device_pack_run: $NEW: no such pack" >&2; exit 2; }
 [[ -z $OLD || -f $OLD ]] || { echo "device_pack_run: $OLD: no such file" >&2; exit 2; }
 W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/n" "$W/o/capi" "$W/certs"
 xz -dc "$NEW" | tar -C "$W/n" -xf - || { echo "device_pack_run: cannot unpack $NEW" >&2; exit 2; }
-[[ -n $OLD ]] && xz -dc "$OLD" >"$W/o/capi/libchunked_capi.so"
+if [[ -n $OLD ]]; then
+  xz -dc "$OLD" >"$W/o/capi/libchunked_capi.so" || { echo "device_pack_run: cannot unpack $OLD" >&2; exit 2; }
+fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 "$W/n/devbundle/qedcheck" --version >>"$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
@@ -87,4 +90,3 @@ for shape, case in sorted({(a, b) for a, b, _ in runs}):
     print(f"| {shape} | {case} | {' / '.join(runs[(shape, case, 'n')])} | {' / '.join(runs[(shape, case, 'o')]) or '-'} |")
 PY
 fi
-rm -rf "$W"
