@@ -11,7 +11,8 @@
 # Knobs: PACK_SHAPES (default "8,4096,16,128;2,16384,16,128"), PACK_CASES (time_cases.py cases,
 # default GDN-2 and QED forward and training pair), PACK_ROUNDS (alternations, 2),
 # PACK_TIMING=0 / PACK_TESTS=0 / PACK_CERTIFY=0 (skip a stage), PACK_CERT_TIMEOUT (s, 300),
-# PACK_THREADS (certify's, 15). Outputs under $OUT: timing.log, test_gpu_*.log, certify.log and
+# PACK_THREADS (certify's, 15), PACK_CERTS_FROM (a certs.tar an earlier call returned: certify
+# resumes from its journals, which it accepts only from the same kernels). Outputs under $OUT: timing.log, test_gpu_*.log, certify.log and
 # certs.tar (the certificates and journals, re-tarred every 20 s so that a call cut by its time
 # limit still returns what was measured: certify resumes from them with the same kernels).
 set -u
@@ -27,6 +28,9 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/n" "$W/o/capi" "$W/certs"
 xz -dc "$NEW" | tar -C "$W/n" -xf - || { echo "device_pack_run: cannot unpack $NEW" >&2; exit 2; }
+if [[ -n ${PACK_CERTS_FROM:-} ]]; then
+  tar -C "$W" -xf "$PACK_CERTS_FROM" || { echo "device_pack_run: cannot unpack $PACK_CERTS_FROM" >&2; exit 2; }
+fi
 if [[ -n $OLD ]]; then
   xz -dc "$OLD" >"$W/o/capi/libchunked_capi.so" || { echo "device_pack_run: cannot unpack $OLD" >&2; exit 2; }
 fi
