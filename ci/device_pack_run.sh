@@ -12,7 +12,9 @@
 # default GDN-2 and QED forward and training pair), PACK_ROUNDS (alternations, 2),
 # PACK_TIMING=0 / PACK_TESTS=0 / PACK_CERTIFY=0 (skip a stage), PACK_CERT_TIMEOUT (s, 300),
 # PACK_THREADS (certify's, 15), PACK_CERTS_FROM (a certs.tar an earlier call returned: certify
-# resumes from its journals, which it accepts only from the same kernels). Outputs under $OUT: timing.log, test_gpu_*.log, certify.log and
+# resumes from its journals, which it accepts only from the same kernels), PACK_PEER=1 (after the
+# A/B rounds, one process times the new library's cases beside the peer's chunk_gdn2 forward and
+# training pair at the same shapes; needs .whl/ carried, or fla importable). Outputs under $OUT: timing.log, test_gpu_*.log, certify.log and
 # certs.tar (the certificates and journals, re-tarred every 20 s so that a call cut by its time
 # limit still returns what was measured: certify resumes from them with the same kernels).
 set -u
@@ -50,6 +52,15 @@ if [[ ${PACK_TIMING:-1} != 0 ]]; then
         >>"$OUT/timing.log" 2>&1
     done
   done
+  if [[ ${PACK_PEER:-0} != 0 ]]; then
+    if ! python3 -c "import fla" >/dev/null 2>&1 && compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
+      python3 -m pip install --quiet --no-deps --no-index --target "$W/site" "$ROOT"/.whl/*.whl >"$OUT/pip.log" 2>&1 &&
+        export PYTHONPATH=$W/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    echo "== n peer" >>"$OUT/timing.log"
+    TIME_CASES_REPS=2 timeout "${PACK_PEER_TIMEOUT:-400}" python3 bench/time_cases.py "$W/n/capi" "$SHAPES" "${CASES[@]}" \
+      "peer||peer" "peertrain||peertrain" >>"$OUT/timing.log" 2>&1
+  fi
 fi
 
 tp=
@@ -81,16 +92,17 @@ if [[ -f $OUT/timing.log ]]; then
 import collections, re, sys
 runs, side = collections.defaultdict(list), None
 for line in open(sys.argv[1]):
-    m = re.match(r"== (\w) rep", line)
+    m = re.match(r"== (\w) (rep|peer)", line)
     if m:
-        side = m.group(1)
+        side = "p" if m.group(2) == "peer" else m.group(1)
         continue
     m = re.match(r"\[x\]\s+(\S+)\s+(\S+)\s+([\d.]+)", line)
     if m:
         runs[(m.group(1), m.group(2), side)].append(m.group(3))
-print("| shape | case | new (ms) | old (ms) |")
-print("| --- | --- | --- | --- |")
+print("| shape | case | new (ms) | old (ms) | the peer's process (ms) |")
+print("| --- | --- | --- | --- | --- |")
 for shape, case in sorted({(a, b) for a, b, _ in runs}):
-    print(f"| {shape} | {case} | {' / '.join(runs[(shape, case, 'n')])} | {' / '.join(runs[(shape, case, 'o')]) or '-'} |")
+    cells = [" / ".join(runs[(shape, case, s)]) or "-" for s in "nop"]
+    print(f"| {shape} | {case} | {' | '.join(cells)} |")
 PY
 fi
