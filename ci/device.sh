@@ -32,10 +32,8 @@ mkdir -p "$OUT/bench" "$BUILD"
 export PATH=/usr/local/cuda/bin:$PATH
 export QED_GTEST_SOURCE=${QED_GTEST_SOURCE:-$ROOT/.devdeps/googletest}
 SUMMARY=$OUT/summary.md
-if ! python3 -c "import fla" >/dev/null 2>&1 && compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
-  python3 -m pip install --quiet --no-deps --no-index --target /tmp/qed-site "$ROOT"/.whl/*.whl \
-    >"$OUT/pip.log" 2>&1 && export PYTHONPATH=/tmp/qed-site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source "$ROOT/ci/peer_site.sh"
+peer_site "$ROOT" "$OUT/pip.log"
 : >"$SUMMARY"
 t0=$(date +%s)
 say() { echo "$@" | tee -a "$SUMMARY"; }

@@ -28,10 +28,8 @@ if [[ ! -f $PATCH ]]; then
   echo "device_ab: $PATCH_ARG: no such patch file" >&2
   exit 2
 fi
-if ! python3 -c "import fla" >/dev/null 2>&1 && compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
-  python3 -m pip install --quiet --no-deps --no-index --target /tmp/qed-site "$ROOT"/.whl/*.whl \
-    >"$LOG/pip.log" 2>&1 && export PYTHONPATH=/tmp/qed-site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source "$ROOT/ci/peer_site.sh"
+peer_site "$ROOT" "$LOG/pip.log"
 SRC_B=/tmp/qed-ab-tree
 rm -rf "$SRC_B" && mkdir -p "$SRC_B"
 (cd "$ROOT" && tar --exclude='./build*' --exclude=./.whl --exclude=./.devdeps --exclude=./.git \

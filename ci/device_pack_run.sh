@@ -14,7 +14,8 @@
 # PACK_THREADS (certify's, 15), PACK_CERTS_FROM (a certs.tar an earlier call returned: certify
 # resumes from its journals, which it accepts only from the same kernels), PACK_PEER=1 (after the
 # A/B rounds, one process times the new library's cases beside the peer's chunk_gdn2 forward and
-# training pair at the same shapes; needs .whl/ carried, or fla importable). Outputs under $OUT: timing.log, test_gpu_*.log, certify.log and
+# training pair at the same shapes, PACK_PEER_TIMEOUT s at most, 400; needs .whl/ carried, or fla
+# importable). Outputs under $OUT: timing.log, test_gpu_*.log, certify.log and
 # certs.tar (the certificates and journals, re-tarred every 20 s so that a call cut by its time
 # limit still returns what was measured: certify resumes from them with the same kernels).
 set -u
@@ -53,10 +54,8 @@ if [[ ${PACK_TIMING:-1} != 0 ]]; then
     done
   done
   if [[ ${PACK_PEER:-0} != 0 ]]; then
-    if ! python3 -c "import fla" >/dev/null 2>&1 && compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
-      python3 -m pip install --quiet --no-deps --no-index --target "$W/site" "$ROOT"/.whl/*.whl >"$OUT/pip.log" 2>&1 &&
-        export PYTHONPATH=$W/site${PYTHONPATH:+:$PYTHONPATH}
-    fi
+    source "$ROOT/ci/peer_site.sh"
+    peer_site "$ROOT" "$OUT/pip.log"
     echo "== n peer" >>"$OUT/timing.log"
     TIME_CASES_REPS=2 timeout "${PACK_PEER_TIMEOUT:-400}" python3 bench/time_cases.py "$W/n/capi" "$SHAPES" "${CASES[@]}" \
       "peer||peer" "peertrain||peertrain" >>"$OUT/timing.log" 2>&1
