@@ -637,6 +637,35 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 #pragma unroll
   for (int i = 0; i < NH; ++i) hq[i] = hk[i] = hb[i] = make_uint4(0, 0, 0, 0);
   const bool hold = kHold && projected && G.hold != 0 && A.dq.dt == 1 && A.dk.dt == 1 && A.db.dt == 1;
+  // Step 4 (hold) reads k, b, q of the NH earlier slabs again. The last slab loads no next slab,
+  // so its prefetch registers (pf, dead once 3a has read them) take those 3 NH pieces instead, in
+  // flight through the last slab's work rather than waited for in step 4 (where the final pass
+  // spent a third of its time on this load: reports/device/chunked.md run 25). Slot i of pf:
+  // q, k, b, g, then s[j], d[j] alternately, bit for bit.
+  constexpr bool kEarly = kHold && kAhead && 3 * NH <= 4 + 2 * NJ;
+  auto put = [&](int i, uint4 v) {
+    if (i < 4) {
+      (i == 0 ? pf.q : i == 1 ? pf.k : i == 2 ? pf.b : pf.g) = v;
+    } else {
+      float4& f = ((i - 4) & 1) ? pf.d[(i - 4) >> 1] : pf.s[(i - 4) >> 1];
+      f = make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w));
+    }
+  };
+  auto get = [&](int i) -> uint4 {
+    if (i < 4) return i == 0 ? pf.q : i == 1 ? pf.k : i == 2 ? pf.b : pf.g;
+    const float4 f = ((i - 4) & 1) ? pf.d[(i - 4) >> 1] : pf.s[(i - 4) >> 1];
+    return make_uint4(__float_as_uint(f.x), __float_as_uint(f.y), __float_as_uint(f.z), __float_as_uint(f.w));
+  };
+  auto early = [&]() {
+    if (rowt && sr < n && nnr[sr] > 0.f) {
+#pragma unroll
+      for (int sl = 0; sl < NH; ++sl) {
+        put(3 * sl, raw8(A.k, sr, sl * kSW + sc));
+        put(3 * sl + 1, raw8(A.b, sr, sl * kSW + sc));
+        put(3 * sl + 2, raw8(A.q, sr, sl * kSW + sc));
+      }
+    }
+  };
   for (int cb = 0; cb < K; cb += kSW) {
     // 3a. q, k, b (beta for the scalar-gate variants), raw g; S and Ŝ' rows, ρ; the next slab's
     // loads issued.
@@ -722,6 +751,7 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     }
     if constexpr (kAhead) {
       if (cb + kSW < K) issue(cb + kSW);
+      else if (kEarly && hold) early();
     }
     __syncthreads();
     if (tid < kBase) {  // in-chunk cumulative log2-decay (rows past the chunk: g = 0); eight
@@ -1108,9 +1138,15 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
           if (live) {
 #pragma unroll
             for (int sl = 0; sl < NH; ++sl) {
-              lk[sl] = raw8(A.k, r, sl * kSW + sc);
-              lb[sl] = raw8(A.b, r, sl * kSW + sc);
-              lq[sl] = raw8(A.q, r, sl * kSW + sc);
+              if constexpr (kEarly) {  // loaded during the last slab (early())
+                lk[sl] = get(3 * sl);
+                lb[sl] = get(3 * sl + 1);
+                lq[sl] = get(3 * sl + 2);
+              } else {
+                lk[sl] = raw8(A.k, r, sl * kSW + sc);
+                lb[sl] = raw8(A.b, r, sl * kSW + sc);
+                lq[sl] = raw8(A.q, r, sl * kSW + sc);
+              }
             }
           }
 #pragma unroll

@@ -191,7 +191,8 @@ Args make_args(const ChunkedForwardParams& p, Mode m) {
   if (std::strcmp(mutant(), "nowait") == 0) A.ready_mutant = 1;
   // Benchmark hook: QEDCHECK_CHUNKED_PREP_STOP=k (1..7) ends the prep pass after its phase k
   // (load, decay cumsum, QED prologue, T/M, L with K^/Q~, A~, v/w load; W_a/W_z is the rest), to
-  // time the phases by difference. Its workspace output is then incomplete.
+  // time the phases by difference. Its workspace output is then incomplete. On eight warps QED's
+  // projection sums run beside the decay cumsum (phase 2), leaving phase 3 the steep channels.
   if (const char* e = std::getenv("QEDCHECK_CHUNKED_PREP_STOP")) A.prep_stop = std::atoi(e);
   return A;
 }

@@ -135,6 +135,11 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
                                           unsigned char* smem_raw) {
   static_assert(NW == 4 || NW == 8, "prep_kernel: 4 or 8 warps");
   constexpr int NTH = NW * 32;
+  // QED's projection sums: 4 kC items, two per thread on NTH_SIDE = 128 threads (see proj_sums),
+  // beside the decay's running sums when the block has 128 threads that the decay leaves idle.
+  constexpr int NTH_SIDE = 128;
+  constexpr bool kSideSums = NTH - K >= NTH_SIDE;
+  static_assert(4 * kC == 2 * NTH_SIDE, "prep_kernel: the projection sums take two items per thread");
   using Lw = WsLayout<K, NT, NTQ>;
   using Lb = BwdLayout<K, NT>;
   using Sm = PrepSmem<InT, K>;
@@ -233,7 +238,72 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
   }
   __syncthreads();
   if (A.prep_stop == 1) return;
-  // ---- in-chunk cumulative decay, base 2 (padded rows: g = 0) ----
+  const float lam = qed ? A.lambda[h] : 0.f;
+  const Ctx<InT, K> X{s, lam, A.variant, A.arm};
+  // QED's projection sums k.k and k.m of every row (MATH.md §2), items i = 4 r + part: four
+  // threads per row, each summing every fourth pair of channels (a conflict-free bank pattern),
+  // then two shuffles, so the order is the same for any block width and any item placement. The
+  // arm is chosen once outside the channel loop, and each channel pair's k (and b, q where the arm
+  // reads them) comes by one 32-bit (bf16) or 64-bit (fp32) shared load: the same products and
+  // sums as mval() per element. NI items per thread go side by side (independent chains); every
+  // lane of the warp takes part (the shuffles).
+  const bool projected = qed && (A.arm == kArmFull || A.arm == kArmNogate || A.arm == kArmRand);
+  auto proj_sums = [&](auto nitag, int i0) {
+    constexpr int NI = decltype(nitag)::value;
+    float nn[NI], km[NI];
+#pragma unroll
+    for (int j = 0; j < NI; ++j) nn[j] = km[j] = 0.f;
+    if (projected) {
+      const int part = i0 & 3;
+      auto sums = [&](auto armtag) {
+        constexpr int ARM = decltype(armtag)::value;
+#pragma unroll 4
+        for (int c = 2 * part; c < K; c += 8) {
+#pragma unroll
+          for (int j = 0; j < NI; ++j) {
+            const int r = (i0 + j * NTH_SIDE) >> 2;
+            float k2[2], b2[2], q2[2], m2[2];
+            X.ld2(&s.u.in.k[r][c], k2);
+            if constexpr (ARM != kArmNogate) X.ld2(&s.u.in.b[r][c], b2);
+            if constexpr (ARM != kArmRand) X.ld2(&s.u.in.q[r][c], q2);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              if constexpr (ARM == kArmFull) m2[e] = b2[e] * q2[e];
+              else if constexpr (ARM == kArmRand) m2[e] = b2[e] * s.r[c + e];
+              else m2[e] = q2[e];
+            }
+            nn[j] = fmaf(k2[0], k2[0], nn[j]);
+            km[j] = fmaf(k2[0], m2[0], km[j]);
+            nn[j] = fmaf(k2[1], k2[1], nn[j]);
+            km[j] = fmaf(k2[1], m2[1], km[j]);
+          }
+        }
+      };
+      if (A.arm == kArmFull) sums(std::integral_constant<int, kArmFull>{});
+      else if (A.arm == kArmRand) sums(std::integral_constant<int, kArmRand>{});
+      else sums(std::integral_constant<int, kArmNogate>{});
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        nn[j] += __shfl_xor_sync(0xffffffffu, nn[j], 1);
+        km[j] += __shfl_xor_sync(0xffffffffu, km[j], 1);
+        nn[j] += __shfl_xor_sync(0xffffffffu, nn[j], 2);
+        km[j] += __shfl_xor_sync(0xffffffffu, km[j], 2);
+      }
+    }
+    if ((i0 & 3) == 0) {
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int r = (i0 + j * NTH_SIDE) >> 2;
+        s.coef[r] = (projected && nn[j] > 0.f) ? lam * (km[j] / nn[j]) : 0.f;
+        if constexpr (BWD)  // the gradient pass's projection coefficients (zero without projection)
+          *reinterpret_cast<float2*>(bblob + Lb::kPJ + 8 * r) = make_float2(nn[j], km[j]);
+      }
+    }
+  };
+  // ---- in-chunk cumulative decay, base 2 (padded rows: g = 0), on threads 0..K-1 ----
+  // Eight warps at K <= 128 leave the last four idle here: they take the projection sums (two
+  // items each, one after the other: side by side, the gradient pass's prep instance spilled 28
+  // bytes instead of 12), which then cost no phase of their own.
   for (int c = tid; c < K; c += NTH) {
     float acc = 0.f;
 #pragma unroll 8
@@ -242,35 +312,21 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
       s.G[r][c] = acc;
     }
   }
+  if constexpr (kSideSums) {
+    if (tid >= NTH - NTH_SIDE) {
+      proj_sums(std::integral_constant<int, 1>{}, tid - (NTH - NTH_SIDE));
+      proj_sums(std::integral_constant<int, 1>{}, tid - (NTH - NTH_SIDE) + NTH_SIDE);
+    }
+  }
   __syncthreads();
   if (A.prep_stop == 2) return;
-  const float lam = qed ? A.lambda[h] : 0.f;
-  const Ctx<InT, K> X{s, lam, A.variant, A.arm};
-  // ---- QED prologue: per-row projection coefficient; unsafe channels of diagonal blocks ----
+  // ---- QED prologue (unless done beside the decay): projection coefficients; steep channels ----
   {
-    const bool projected = qed && (A.arm == kArmFull || A.arm == kArmNogate || A.arm == kArmRand);
-    // Four threads per row, each summing every fourth pair of channels (conflict-free bank
-    // pattern), then two shuffles: the same order for any block width.
-    for (int i = tid; i < 4 * kC; i += NTH) {
-      const int r = i >> 2, part = i & 3;
-      float nn = 0.f, km = 0.f;
-      if (projected) {
-#pragma unroll 4
-        for (int c = 2 * part; c < K; c += 8) {
-          const float k0 = X.kf(r, c), k1 = X.kf(r, c + 1);
-          nn = fmaf(k0, k0, nn);
-          km = fmaf(k0, X.mval(r, c), km);
-          nn = fmaf(k1, k1, nn);
-          km = fmaf(k1, X.mval(r, c + 1), km);
-        }
-        nn += __shfl_xor_sync(0xffffffffu, nn, 1);
-        km += __shfl_xor_sync(0xffffffffu, km, 1);
-        nn += __shfl_xor_sync(0xffffffffu, nn, 2);
-        km += __shfl_xor_sync(0xffffffffu, km, 2);
-      }
-      if (part == 0) s.coef[r] = (projected && nn > 0.f) ? lam * (km / nn) : 0.f;
-      if constexpr (BWD) {  // the gradient pass's projection coefficients (zero without projection)
-        if (part == 0) *reinterpret_cast<float2*>(bblob + Lb::kPJ + 8 * r) = make_float2(nn, km);
+    if constexpr (!kSideSums) {
+      if constexpr (NTH == NTH_SIDE) {
+        proj_sums(std::integral_constant<int, 2>{}, tid);
+      } else {
+        for (int i = tid; i < 4 * kC; i += NTH) proj_sums(std::integral_constant<int, 1>{}, i);
       }
     }
     if (warp < 4) {  // warp I lists the steep channels of diagonal block I
@@ -474,11 +530,19 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
     // column c (D_J's column is row c of its transposed store), held until every thread has read
     // T. D_J[k][c] is 1 at k = c, 0 above it.
     constexpr int EP = 6 * 256 / NTH;
+    // Item m of this thread lies in block b = m NTH / 256: its column block J and row block Kb.
+    auto pblock = [](int m, int& J, int& Kb) {
+      const int b = (m * NTH) >> 8;
+      const int dd = b < 3 ? 1 : (b < 5 ? 2 : 3);
+      J = b < 3 ? b : (b < 5 ? b - 3 : 0);
+      Kb = J + dd;
+    };
     float pv[EP];
 #pragma unroll
     for (int m = 0; m < EP; ++m) {
-      const int b = (m * NTH) >> 8, e = tid + m * NTH, r = (e >> 4) & 15, c = e & 15;
-      const int dd = b < 3 ? 1 : (b < 5 ? 2 : 3), J = b < 3 ? b : (b < 5 ? b - 3 : 0), Kb = J + dd;
+      const int e = tid + m * NTH, r = (e >> 4) & 15, c = e & 15;
+      int J, Kb;
+      pblock(m, J, Kb);
       const float* tr = &s.T[16 * Kb + r][16 * J];
       const float* dc = &s.T[16 * J + c][16 * J];
       float a4[4] = {0.f, 0.f, 0.f, 0.f};
@@ -498,8 +562,9 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
     __syncthreads();
 #pragma unroll
     for (int m = 0; m < EP; ++m) {
-      const int b = (m * NTH) >> 8, e = tid + m * NTH, r = (e >> 4) & 15, c = e & 15;
-      const int dd = b < 3 ? 1 : (b < 5 ? 2 : 3), J = b < 3 ? b : (b < 5 ? b - 3 : 0), Kb = J + dd;
+      const int e = tid + m * NTH, r = (e >> 4) & 15, c = e & 15;
+      int J, Kb;
+      pblock(m, J, Kb);
       s.T[16 * Kb + r][16 * J + c] = pv[m];
     }
     __syncthreads();
