@@ -174,16 +174,7 @@ __global__ void __launch_bounds__(kSweepWarps * 32) sweep_kernel(const Args A) {
 #pragma unroll
       for (int kb = 0; kb < NKB; ++kb) {
         uint32_t aS[MT][NT * 4];
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int i = 0; i < NT; ++i) {
-            const uint4 x = Sbuf[((m * NKB + kb) * NT + i) * 32 + lane];
-            aS[m][4 * i] = x.x;
-            aS[m][4 * i + 1] = x.y;
-            aS[m][4 * i + 2] = x.z;
-            aS[m][4 * i + 3] = x.w;
-          }
+        load_a_tiles<MT, NT, NKB>(Sbuf, kb, lane, aS);
 #pragma unroll
         for (int nt = 0; nt < RT; ++nt) {
           uint32_t bk[NT * 2];

@@ -84,6 +84,7 @@ struct Args {
   int overlap_seq_major = 0;  // the persistent prep pass's order: 0 chunk index first (no cu), 1 global chunks
   int64_t prep_free_slots = 0;  // prep blocks per device the persistent grid leaves room for
   int ready_mutant = 0;  // testing hook: the state pass does not wait for the flags
+  int split_mutant = 0;  // testing hook: the read-out warps (SPLIT) read the other chunk's Sᵀ and Uᵀ
   // Set only by the chunked backward's recomputing forward (chunked_backward.cu): the prep pass
   // also writes the backward's blob of every (chunk, head) (BwdLayout, bblob bytes each, at bws),
   // and the state pass stores U of every chunk, fp32 [chunk][H][kC][V], at u_out.

@@ -34,9 +34,11 @@ chunked::Seq seq_of(const SeqTensor& t) {
 
 // Testing hook: QEDCHECK_CHUNKED_MUTANT=single (one bf16 term on the state path, the accuracy
 // of a plain bf16 kernel), =nofallback (no element-wise path for steep decays), =bulkload (the
-// state pass's bulk-copy loads leave out the chunk decay) or =nowait (the overlapped state pass
-// reads the blobs without waiting for them). Used by the GPU tests to show that their accuracy,
-// extreme-decay and load-path checks fail on such kernels.
+// state pass's bulk-copy loads leave out the chunk decay), =nowait (the overlapped state pass
+// reads the blobs without waiting for them) or =splitparity (the state pass's read-out warps, where
+// QEDCHECK_CHUNKED_STATE_SPLIT=1 engages them, read the other chunk's copies of Sᵀ and Uᵀ). Used
+// by the GPU tests to show that their accuracy, extreme-decay and load-path checks fail on such
+// kernels.
 const char* mutant() {
   const char* m = std::getenv("QEDCHECK_CHUNKED_MUTANT");
   return m ? m : "";
@@ -189,6 +191,7 @@ Args make_args(const ChunkedForwardParams& p, Mode m) {
   if (std::strcmp(mutant(), "nofallback") == 0) A.max_diag = 1e30f;
   if (std::strcmp(mutant(), "bulkload") == 0) A.load_mutant = 1;
   if (std::strcmp(mutant(), "nowait") == 0) A.ready_mutant = 1;
+  if (std::strcmp(mutant(), "splitparity") == 0) A.split_mutant = 1;
   // Benchmark hook: QEDCHECK_CHUNKED_PREP_STOP=k (1..7) ends the prep pass after its phase k
   // (load, decay cumsum, QED prologue, T/M, L with K^/Q~, A~, v/w load; W_a/W_z is the rest), to
   // time the phases by difference. Its workspace output is then incomplete. On eight warps QED's
@@ -212,6 +215,23 @@ int num_sms() {
     return v > 0 ? v : 132;
   }();
   return n;
+}
+
+// Prep blocks of `ps` bytes of shared memory that one state block of `ss` bytes keeps off its
+// multiprocessor (at least one). Before the SPLIT instance this was ceil(ss / ps), which gives
+// the same for every instance measured then (ss at most ps: one).
+static int64_t displaced_prep_blocks(int ps, int ss) {
+  static const std::pair<int, int> sm = [] {
+    int dev = 0, total = 0, rsv = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&total, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&rsv, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+    return std::make_pair(total > 0 ? total : 233472, rsv >= 0 ? rsv : 1024);
+  }();
+  const int64_t alone = sm.first / (ps + sm.second);
+  const int64_t left = sm.first - (ss + sm.second);
+  const int64_t beside = left > 0 ? left / (ps + sm.second) : 0;
+  return alone - beside > 1 ? alone - beside : 1;
 }
 
 size_t ready_flag_bytes(const Problem& pr) {
@@ -281,11 +301,12 @@ Status run_forward(const ChunkedForwardParams& p, Mode m, const chunked::BwdHook
   if (do_prep && plan.overlap) {
     A.ready = reinterpret_cast<unsigned*>(static_cast<char*>(ws) + base_bytes(pr));
     A.overlap_seq_major = pr.cu_seqlens ? 1 : 0;
-    // one prep block fewer for every state block, or as many as its shared memory needs
+    // the prep blocks a state block displaces from its multiprocessor (by shared memory: those
+    // that fit alone less those that fit beside it; at least one)
     // (QEDCHECK_CHUNKED_OVERLAP_SLOTS=k: k times that, for the side-by-side timing)
     const int ps = chunked::prep_smem_bytes(static_cast<int>(pr.K), p.in.q.dtype == DType::fp32);
     const int ss = chunked::state_smem_bytes(static_cast<int>(pr.K), MT, m, true);
-    int64_t per = (ss + ps - 1) / ps;
+    int64_t per = chunked::displaced_prep_blocks(ps, ss);
     if (const char* e = std::getenv("QEDCHECK_CHUNKED_OVERLAP_SLOTS"); e && std::atoi(e) > 0) per *= std::atoi(e);
     A.prep_free_slots = plan.blocks * per;
     if (e == cudaSuccess) e = cudaMemsetAsync(A.ready, 0, chunked::ready_flag_bytes(pr), st);

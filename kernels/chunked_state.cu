@@ -17,28 +17,177 @@
 namespace qed::kernels::chunked {
 namespace {
 
-template <int K, int MT, int NT, int NTQ, int NW>
+// Shared memory of one block. OUT = false: the walking warps hold no read-out fragments (Q̃ᵀ,
+// Mᵀ). SPLIT (the read-out warps, below): Sᵀ and Uᵀ twice (even and odd chunks), and per
+// read-out warp its rows' Q̃ᵀ and Mᵀ fragments (rq, rm bytes) and two mbarriers.
+template <int K, int MT, int NT, int NTQ, int NW, bool OUT = true, bool SPLIT = false>
 struct StateSizes {
   using Sh = WarpShare<K, NW>;
   static constexpr int aWA = (K / 16) * Sh::RT * 32 * NT * 8;
-  static constexpr int aQT = (K / 16) * Sh::RT * 32 * NTQ * 8;
+  static constexpr int aQT = OUT ? (K / 16) * Sh::RT * 32 * NTQ * 8 : 0;
   static constexpr int aWZ = MT * Sh::RT * 32 * 16;
   static constexpr int bufA = aWA + aQT + aWZ;
   static constexpr int bKH = 4 * Sh::NNW * 32 * NT * 8;
-  static constexpr int bMM = 4 * Sh::RT * 32 * NTQ * 8;
+  static constexpr int bMM = OUT ? 4 * Sh::RT * 32 * NTQ * 8 : 0;
   static constexpr int bGC = Sh::KW * 4;
   static constexpr int bufB = bKH + bMM + bGC;
   static constexpr int sbuf = MT * (K / 16) * NT * 32 * 16;
   static constexpr int ubuf = MT * 4 * NT * 32 * 16;
-  static constexpr int bars = NW * 2 * 8;  // two mbarriers per warp (the bulk-copy loads)
-  static constexpr int total = NW * bufA + NW * bufB + sbuf + ubuf + bars;
+  static constexpr int copies = SPLIT ? 2 : 1;  // of Sᵀ and Uᵀ
+  static constexpr int rq = SPLIT ? (K / 16) * Sh::RT * 32 * NTQ * 8 : 0;
+  static constexpr int rm = SPLIT ? 4 * Sh::RT * 32 * NTQ * 8 : 0;
+  static constexpr int readers = SPLIT ? NW : 0;
+  static constexpr int bars = (NW + readers) * 2 * 8;  // two mbarriers per warp (the bulk-copy loads)
+  static constexpr int total = NW * bufA + NW * bufB + copies * (sbuf + ubuf) + readers * (rq + rm) + bars;
 };
+
+// The block's named barriers with read-out warps (SPLIT): the walking warps among themselves, and
+// between the two roles for chunk ci: its Uᵀ written (the walkers arrive, the readers wait) and its
+// read-out done (the readers arrive, the walkers wait before they overwrite that chunk's copies of
+// Sᵀ and Uᵀ). Each of the two kinds alternates between two ids by chunk parity, so that one role
+// can never arrive twice at an id before the other has waited there once.
+enum : int { kBarWalk = 1, kBarUReady = 2, kBarReadDone = 4 };
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Accumulator sets: every element zero; the sets c = 1.. added into set 0 in that order.
+template <int N>
+__device__ __forceinline__ void zero_acc(float (&a)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = 0.f;
+}
+template <class T, int N>
+__device__ __forceinline__ void zero_acc(T (&a)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) zero_acc(a[i]);
+}
+template <int NC, int MT, int RT>
+__device__ __forceinline__ void fold_acc(float (&a)[NC][MT][RT][4]) {
+#pragma unroll
+  for (int c = 1; c < NC; ++c)
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int nt = 0; nt < RT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[0][m][nt][e] += a[c][m][nt][e];
+}
 
 __device__ __forceinline__ void store_out(const Args& A, int64_t idx, float x) {
   if (A.o_dt == 0)
     static_cast<float*>(A.o)[idx] = x;
   else
     static_cast<__nv_bfloat16*>(A.o)[idx] = __float2bfloat16_rn(x);
+}
+
+// Oᵀ of one warp's chunk rows in accumulator layout (value column v0 + 16 m + g (+ 8), chunk row
+// 16 rb + 8 (nt0 + nt) + 2 t (+ 1)), scaled, into o for the chunk's rows below Cn.
+template <int MT, int RT>
+__device__ __forceinline__ void store_o_rows(const Args& A, const float (&acc)[MT][RT][4], const Span& sp,
+                                             int64_t ci, int Cn, int64_t h, int v0, int rb, int nt0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t tok0 = sp.bos + ci * kC;
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int nt = 0; nt < RT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * rb + 8 * (nt0 + nt) + 2 * t + (e & 1);
+        if (row < Cn)
+          store_out(A, sp.brow * A.o_sb + (tok0 + row) * A.o_st + h * A.o_sh + v0 + 16 * m + g + 8 * (e >> 1),
+                    A.scale * acc[m][nt][e]);
+      }
+}
+
+// A read-out warp of the SPLIT instance (reader r of NW; its chunk rows are those walking warp r
+// has in the other instances): for every chunk, once the walkers have written that chunk's Uᵀ,
+// Oᵀ = s (Sᵀ Q̃ᵀ + Uᵀ Mᵀ) from the block's copies of Sᵀ and Uᵀ for the chunk's parity and its own
+// Q̃ᵀ and Mᵀ fragments (bulk copies on two mbarriers, the next chunk's issued as soon as this
+// chunk's products have read them). The products and their order are those of the walking warps'
+// read-out in the ILP instance, so the output is bitwise the same.
+template <int K, int MT, int NT, int NTQ, int NW, bool ILP>
+__device__ __forceinline__ void state_read_out(const Args& A, int r, int lane, int64_t h, int64_t c0,
+                                               int64_t nch, const Span& sp, int v0, const uint4* Sbuf,
+                                               const uint4* Ubuf, char* qbuf, char* mbuf, uint64_t* bars) {
+  using Lw = WsLayout<K, NT, NTQ>;
+  using Sh = WarpShare<K, NW>;
+  using Z = StateSizes<K, MT, NT, NTQ, NW, false, true>;
+  constexpr int NKB = K / 16, RT = Sh::RT, FQ = 32 * NTQ * 8;
+  constexpr int NC = ILP ? 4 : (MT <= 2 ? 2 : 1);
+  constexpr int SE = Z::sbuf / 16, UE = Z::ubuf / 16;  // uint4s of one copy of Sᵀ, Uᵀ
+  const int rb = Sh::rb(r), nt0 = Sh::nt0(r);
+  const uint32_t barQ = sh_addr(bars), barM = sh_addr(bars + 1);
+  if (lane == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barQ) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barM) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncwarp();
+  auto load = [&](int64_t ci) {
+    if (A.ready && !A.ready_mutant) ready_wait(A.ready + (c0 + ci) * A.H + h, lane);
+    const char* bl = blob_ptr(A, c0 + ci, h);
+    if (lane == 0) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barQ), "r"(NKB * RT * FQ)
+                   : "memory");
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barM), "r"((rb + 1) * RT * FQ)
+                   : "memory");
+    }
+    __syncwarp();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    int base = 0;
+    bulk_segs(qbuf, bl + Lw::kQT + (rb * NKB * 2 + nt0) * FQ, NKB, RT * FQ, 2 * FQ, lane, base, barQ);
+    bulk_segs(mbuf, bl + Lw::kMM + (rb * 4 * 2 + nt0) * FQ, rb + 1, RT * FQ, 2 * FQ, lane, base, barM);
+  };
+  if (nch > 0) load(0);
+  for (int64_t ci = 0; ci < nch; ++ci) {
+    const int par = static_cast<int>(ci & 1);
+    const int rd = A.split_mutant ? 1 - par : par;  // testing hook: the other chunk's copies
+    const uint4* Sb = Sbuf + rd * SE;
+    const uint4* Ub = Ubuf + rd * UE;
+    named_sync(kBarUReady + par, 2 * NW * 32);  // this chunk's Sᵀ and Uᵀ are written
+    bar_wait(barQ, static_cast<uint32_t>(par));
+    float accP[NC][MT][RT][4];
+    zero_acc(accP);
+#pragma unroll
+    for (int kb = 0; kb < NKB; ++kb) {
+      uint32_t aS[MT][NT * 4];
+      load_a_tiles<MT, NT, NKB>(Sb, kb, lane, aS);
+#pragma unroll
+      for (int nt = 0; nt < RT; ++nt) {
+        uint32_t bq[NTQ * 2];
+        load_b<NTQ>(qbuf + ((kb * RT + nt) * 32 + lane) * NTQ * 8, bq);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) mma_split<NT, NTQ>(accP[kb % NC][m][nt], aS[m], bq);
+      }
+    }
+    fold_acc(accP);
+    float (&aP0)[MT][RT][4] = accP[0];
+    bar_wait(barM, static_cast<uint32_t>(par));
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      if (kb > rb) continue;
+      uint32_t aU[MT][NT * 4];
+      load_a_tiles<MT, NT, 4>(Ub, kb, lane, aU);
+#pragma unroll
+      for (int nt = 0; nt < RT; ++nt) {
+        uint32_t bm[NTQ * 2];
+        load_b<NTQ>(mbuf + ((kb * RT + nt) * 32 + lane) * NTQ * 8, bm);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) mma_split<NT, NTQ>(aP0[m][nt], aU[m], bm);
+      }
+    }
+    __syncwarp();
+    named_arrive(kBarReadDone + par, 2 * NW * 32);  // done with this chunk's copies of Sᵀ and Uᵀ
+    if (ci + 1 < nch) load(ci + 1);
+    const int64_t rem = sp.len - ci * kC;
+    const int Cn = rem < kC ? static_cast<int>(rem) : kC;
+    store_o_rows<MT, RT>(A, aP0, sp, ci, Cn, h, v0, rb, nt0, lane);
+  }
 }
 
 // LD: how the fragments come in: 0 cp.async (16 bytes per lane and instruction, waited for by
@@ -51,12 +200,19 @@ __device__ __forceinline__ void store_out(const Args& A, int64_t idx, float x) {
 // the same).
 // OUT = false (benchmark hook QEDCHECK_CHUNKED_STATE_NOOUT=1 only): the state alone, without the
 // read-out (no Q̃ᵀ, Mᵀ loads or products, o not written), to time what the o path costs a step.
-template <int K, int MT, int NT, int NTQ, int NW, int LD, bool ILP = false, bool OUT = true>
-__global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
+// SPLIT (with OUT = false): NW more warps do the read-out (state_read_out), one chunk behind the
+// NW walking warps, which then carry only Uᵀ and the state from chunk to chunk: the read-out
+// leaves the walk's critical path (where few blocks walk long sequences, a step's latency is the
+// pass's time). Bitwise the same output as the ILP instance.
+template <int K, int MT, int NT, int NTQ, int NW, int LD, bool ILP = false, bool OUT = true, bool SPLIT = false>
+// (SPLIT: at most 128 registers a thread, so that a prep block fits beside it in the overlapped
+// forward, as beside the eight-warp instance.)
+__global__ void __launch_bounds__((SPLIT ? 2 : 1) * NW * 32, SPLIT ? 2 : 1) state_kernel(const Args A) {
   static_assert(!ILP || MT == 1, "state_kernel: ILP is for one value tile");
   static_assert(OUT || LD == 1, "state_kernel: the state-only instance loads by bulk copies");
+  static_assert(!SPLIT || (!OUT && MT == 1), "state_kernel: the read-out warps take the walkers' o path");
   using Lw = WsLayout<K, NT, NTQ>;
-  using Z = StateSizes<K, MT, NT, NTQ, NW>;
+  using Z = StateSizes<K, MT, NT, NTQ, NW, OUT, SPLIT>;
   using Sh = WarpShare<K, NW>;
   constexpr int KW = Sh::KW, NKB = K / 16, NN = Sh::NNW, RT = Sh::RT;
   constexpr int FB = 32 * NT * 8, FQ = 32 * NTQ * 8;  // bytes of one B-fragment slot row (32 lanes)
@@ -73,10 +229,28 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
   char* bufA = reinterpret_cast<char*>(sm) + warp * Z::bufA;
   char* bufB = reinterpret_cast<char*>(sm) + NW * Z::bufA + warp * Z::bufB;
   uint4* Sbuf = reinterpret_cast<uint4*>(sm + NW * Z::bufA + NW * Z::bufB);
-  uint4* Ubuf = reinterpret_cast<uint4*>(sm + NW * Z::bufA + NW * Z::bufB + Z::sbuf);
+  uint4* Ubuf = reinterpret_cast<uint4*>(sm + NW * Z::bufA + NW * Z::bufB + Z::copies * Z::sbuf);
+  char* rbuf = reinterpret_cast<char*>(sm) + NW * Z::bufA + NW * Z::bufB + Z::copies * (Z::sbuf + Z::ubuf);
   // LD = 1: this warp's mbarriers for its A and B fragments (each completes once per chunk, so
   // chunk ci waits for parity ci & 1 on both).
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sm + NW * Z::bufA + NW * Z::bufB + Z::sbuf + Z::ubuf);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(rbuf + Z::readers * (Z::rq + Z::rm));
+  if constexpr (SPLIT) {
+    if (warp >= NW) {
+      const int r = warp - NW;
+      state_read_out<K, MT, NT, NTQ, NW, ILP>(A, r, lane, h, c0, nch, sp, v0, Sbuf, Ubuf,
+                                              rbuf + r * (Z::rq + Z::rm), rbuf + r * (Z::rq + Z::rm) + Z::rq,
+                                              bars + 2 * warp);
+      return;
+    }
+  }
+  // the walkers' barrier: the whole block, or (SPLIT) the walking warps alone
+  auto sync_walkers = [&]() {
+    if constexpr (SPLIT)
+      named_sync(kBarWalk, NW * 32);
+    else
+      __syncthreads();
+  };
+  constexpr int SE = Z::sbuf / 16, UE = Z::ubuf / 16;  // uint4s of one copy of Sᵀ, Uᵀ
   const uint32_t barA = sh_addr(bars + 2 * warp), barB = sh_addr(bars + 2 * warp + 1);
   if (LD == 1 && lane == 0) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barA) : "memory");
@@ -156,13 +330,17 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
       for (int e = 0; e < 4; ++e)
         accS[m][n][e] = A.h0 ? A.h0[seq * A.h0_sn + h * A.h0_sh + kch(n, e) * A.h0_sk + vcol(m, e)]
                              : 0.f;
-  auto writeS = [&]() { store_state_frags<MT, NN, NT, KW, NKB>(accS, Sbuf, warp, lane); };
-  writeS();
+  auto writeS = [&](uint4* dst) { store_state_frags<MT, NN, NT, KW, NKB>(accS, dst, warp, lane); };
+  writeS(Sbuf);
   if (nch > 0) loadA(0);
   if constexpr (LD == 0) cp_commit();
-  __syncthreads();
+  sync_walkers();
 
   for (int64_t ci = 0; ci < nch; ++ci) {
+    // SPLIT: this chunk's copies of Sᵀ (read here, written by the previous chunk) and Uᵀ
+    const int par = SPLIT ? static_cast<int>(ci & 1) : 0;
+    const uint4* Scur = Sbuf + par * SE;
+    uint4* Ucur = Ubuf + par * UE;
     if (A.cs) {
 #pragma unroll
       for (int m = 0; m < MT; ++m)
@@ -212,16 +390,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
 #pragma unroll
       for (int kb = 0; kb < NKB; ++kb) {
         uint32_t aS[MT][NT * 4];
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int i = 0; i < NT; ++i) {
-            const uint4 x = Sbuf[((m * NKB + kb) * NT + i) * 32 + lane];
-            aS[m][4 * i] = x.x;
-            aS[m][4 * i + 1] = x.y;
-            aS[m][4 * i + 2] = x.z;
-            aS[m][4 * i + 3] = x.w;
-          }
+        load_a_tiles<MT, NT, NKB>(Scur, kb, lane, aS);
 #pragma unroll
         for (int nt = 0; nt < RT; ++nt) {
           const int slot = (kb * RT + nt) * 32 + lane;
@@ -235,17 +404,8 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
           }
         }
       }
-#pragma unroll
-      for (int c = 1; c < NC; ++c)
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int nt = 0; nt < RT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              aU0[m][nt][e] += accU[c][m][nt][e];
-              aP0[m][nt][e] += accP[c][m][nt][e];
-            }
+      fold_acc(accU);
+      fold_acc(accP);
       if (A.u_out) {  // the backward's recompute keeps U of every chunk (kernels/chunked_bwd_grads.cu)
         float* uo = A.u_out + ((c0 + ci) * A.H + h) * kC * A.V;
 #pragma unroll
@@ -267,11 +427,12 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
           split2<NT>(aU0[m][nt][2], aU0[m][nt][3], r1);
 #pragma unroll
           for (int i = 0; i < NT; ++i)
-            reinterpret_cast<uint2*>(Ubuf)[(((m * 4 + rb) * NT + i) * 32 + lane) * 2 + nt0 + nt] = make_uint2(r0[i], r1[i]);
+            reinterpret_cast<uint2*>(Ucur)[(((m * 4 + rb) * NT + i) * 32 + lane) * 2 + nt0 + nt] = make_uint2(r0[i], r1[i]);
         }
       }
     }
-    __syncthreads();
+    if constexpr (SPLIT) named_arrive(kBarUReady + par, 2 * NW * 32);  // the readers may start this chunk
+    sync_walkers();
     if (ci + 1 < nch) loadA(ci + 1);
     if constexpr (LD == 0) {
       cp_commit();
@@ -298,27 +459,11 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
       // ILP: the products' own accumulators (even, odd kb), added to the decayed state below
       constexpr int NS = ILP ? 2 : 0;
       float tS[NS > 0 ? NS : 1][MT][NN][4];
-#pragma unroll
-      for (int c = 0; c < NS; ++c)
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int n = 0; n < NN; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) tS[c][m][n][e] = 0.f;
+      if constexpr (NS > 0) zero_acc(tS);
 #pragma unroll
       for (int kb = 0; kb < 4; ++kb) {
         uint32_t aU[MT][NT * 4];
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int i = 0; i < NT; ++i) {
-            const uint4 x = Ubuf[((m * 4 + kb) * NT + i) * 32 + lane];
-            aU[m][4 * i] = x.x;
-            aU[m][4 * i + 1] = x.y;
-            aU[m][4 * i + 2] = x.z;
-            aU[m][4 * i + 3] = x.w;
-          }
+        load_a_tiles<MT, NT, 4>(Ucur, kb, lane, aU);
 #pragma unroll
         for (int n = 0; n < NN; ++n) {
           uint32_t bk[NT * 2];
@@ -349,22 +494,17 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) accS[m][n][e] += tS[0][m][n][e] + tS[1][m][n][e];
       }
-      const int64_t tok0 = sp.bos + ci * kC;
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < RT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = 16 * rb + 8 * (nt0 + nt) + 2 * t + (e & 1);
-            if (OUT && row < Cn)
-              store_out(A, sp.brow * A.o_sb + (tok0 + row) * A.o_st + h * A.o_sh + vcol(m, e),
-                        A.scale * aP0[m][nt][e]);
-          }
-      writeS();
+      if constexpr (OUT) store_o_rows<MT, RT>(A, aP0, sp, ci, Cn, h, v0, rb, nt0, lane);
+      // SPLIT: the next state goes to the other copy, which the readers of the previous chunk
+      // must have finished with
+      if constexpr (SPLIT)
+        if (ci > 0) named_sync(kBarReadDone + (1 - par), 2 * NW * 32);
+      writeS(Sbuf + (SPLIT ? (1 - par) * SE : 0));
     }
-    __syncthreads();
+    sync_walkers();
   }
+  if constexpr (SPLIT)
+    if (nch > 0) named_sync(kBarReadDone + static_cast<int>((nch - 1) & 1), 2 * NW * 32);
   if constexpr (LD == 0) cp_wait<0>();
   if (A.ht) {
 #pragma unroll
@@ -390,8 +530,16 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const Args A) {
 // (reports/device/chunked.md run 21).
 // QEDCHECK_CHUNKED_STATE_WARPS=4|8 (8 only at K = 128) and QEDCHECK_CHUNKED_STATE_LOAD=bulk|cpasync
 // override (side-by-side timing and the bitwise tests).
+// QEDCHECK_CHUNKED_STATE_SPLIT=1: the overlapped forward's bf16 state pass at K = 128 takes the
+// SPLIT instance (four walking warps, four read-out warps; not yet measured, so not the default).
+static bool state_split() {
+  const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_SPLIT");
+  return e && std::strcmp(e, "1") == 0;
+}
+
 int state_warps(int K, bool overlap) {
   if (K != 128) return 4;
+  if (overlap && state_split()) return 4;  // four walking warps (and four read-out warps)
   const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_WARPS");
   if (e && std::strcmp(e, "8") == 0) return 8;
   if (e && std::strcmp(e, "4") == 0) return 4;
@@ -416,17 +564,32 @@ bool bulk_loads(int K, int warps) {
   return K == 128 && warps == 4;  // K = 64 keeps the cp.async loads it was measured with
 }
 
+// Whether the launch takes the SPLIT instance (the overlapped forward, bf16, one value tile).
+template <int K, int MT, int NT, int NTQ, int NW>
+constexpr bool has_split() {
+  return MT == 1 && NT == 2 && NTQ == 1 && K == 128 && NW == 4;
+}
+
 template <int K, int MT, int NT, int NTQ, int NW>
 cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
-  using Z = StateSizes<K, MT, NT, NTQ, NW>;
+  int smem = StateSizes<K, MT, NT, NTQ, NW>::total, threads = NW * 32;
   auto kern = bulk_loads(K, NW) ? state_kernel<K, MT, NT, NTQ, NW, 1> : state_kernel<K, MT, NT, NTQ, NW, 0>;
   if constexpr (MT == 1 && NT == 2 && K == 128) {
     if (state_ilp())
       kern = bulk_loads(K, NW) ? state_kernel<K, 1, NT, NTQ, NW, 1, true> : state_kernel<K, 1, NT, NTQ, NW, 0, true>;
-    if (const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_NOOUT"); e && std::strcmp(e, "1") == 0)
+    if (const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_NOOUT"); e && std::strcmp(e, "1") == 0) {
       kern = state_kernel<K, 1, NT, NTQ, NW, 1, true, false>;
+      smem = StateSizes<K, 1, NT, NTQ, NW, false>::total;
+    }
   }
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Z::total);
+  if constexpr (has_split<K, MT, NT, NTQ, NW>()) {
+    if (A.ready && state_split()) {
+      kern = state_kernel<K, 1, NT, NTQ, NW, 1, true, false, true>;
+      smem = StateSizes<K, 1, NT, NTQ, NW, false, true>::total;
+      threads = 2 * NW * 32;
+    }
+  }
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   const int64_t vt = A.V / (16 * MT);
   if (A.N == 0 || A.H == 0) return cudaSuccess;
@@ -435,8 +598,8 @@ cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
     // the overlapped forward: may start while the prep pass runs (it waits on A.ready's flags)
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(NW * 32);
-    cfg.dynamicSmemBytes = Z::total;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -445,7 +608,7 @@ cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, kern, A);
   }
-  kern<<<grid, NW * 32, Z::total, st>>>(A);
+  kern<<<grid, threads, smem, st>>>(A);
   return cudaGetLastError();
 }
 
@@ -468,9 +631,11 @@ cudaError_t launch_state_m(const Args& A, Mode m, int MT, cudaStream_t st) {
 }
 
 template <int K, int NW>
-int state_smem_k(int MT, Mode m) {
+int state_smem_k(int MT, Mode m, bool split) {
   switch (m) {
     case Mode::bf16:
+      if constexpr (has_split<K, 1, 2, 1, NW>())
+        if (split && MT == 1) return StateSizes<K, 1, 2, 1, NW, false, true>::total;
       return MT == 4 ? StateSizes<K, 4, 2, 1, NW>::total
                      : (MT == 2 ? StateSizes<K, 2, 2, 1, NW>::total : StateSizes<K, 1, 2, 1, NW>::total);
     case Mode::fp32:
@@ -486,8 +651,9 @@ int state_smem_k(int MT, Mode m) {
 }  // namespace
 
 int state_smem_bytes(int K, int MT, Mode m, bool overlap) {
-  if (K == 64) return state_smem_k<64, 4>(MT, m);
-  return state_warps(K, overlap) == 8 ? state_smem_k<128, 8>(MT, m) : state_smem_k<128, 4>(MT, m);
+  if (K == 64) return state_smem_k<64, 4>(MT, m, false);
+  const bool split = overlap && state_split();
+  return state_warps(K, overlap) == 8 ? state_smem_k<128, 8>(MT, m, split) : state_smem_k<128, 4>(MT, m, split);
 }
 
 int64_t blob_bytes(int K, int64_t V, Mode m) {

@@ -36,6 +36,23 @@ __device__ __forceinline__ void load_b(const char* p, uint32_t* b) {
   }
 }
 
+// The A operand (MT value tiles, NT split terms) of key block kb from a split-bf16 copy of Sᵀ
+// (NB = K / 16 blocks) or Uᵀ (NB = 4) in shared memory: for value tile m, block kb and term i, one
+// uint4 per lane at ((m NB + kb) NT + i) 32 + lane (store_state_frags below writes Sᵀ so).
+template <int MT, int NT, int NB>
+__device__ __forceinline__ void load_a_tiles(const uint4* buf, int kb, int lane, uint32_t (&a)[MT][NT * 4]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      const uint4 x = buf[((m * NB + kb) * NT + i) * 32 + lane];
+      a[m][4 * i] = x.x;
+      a[m][4 * i + 1] = x.y;
+      a[m][4 * i + 2] = x.z;
+      a[m][4 * i + 3] = x.w;
+    }
+}
+
 // One warp copies `count` segments of `seg` bytes, `stride` bytes apart in global memory, to
 // consecutive places in shared memory (one contiguous copy when seg == stride).
 __device__ __forceinline__ void warp_copy_segs(char* dst, const char* src, int count, int seg,

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "kernels/chunked_api.hpp"
 #include "kernels/host_run.hpp"
@@ -327,6 +328,49 @@ TEST(GpuChunkedProps, StateIlpAgreesWithDefault) {
   EXPECT_GT(rel_err(bad.outputs.ht, base.outputs.ht), 1e-5) << "the bulkload mutant was not detected";
 }
 
+// The overlapped forward's test problems: packed (five sequences, one empty; V = 64 every other
+// case) or dense (three sequences of 300), mixed and hard regimes in turn, h0 given.
+fixtures::GenSpec overlap_case(Variant v, Arm a, bool packed, int i, uint64_t seed) {
+  fixtures::GenSpec g;
+  g.variant = v;
+  g.arm = a;
+  g.dims = packed ? reference::Dims{1, 500, 2, 128, i % 2 ? 128 : 64} : reference::Dims{3, 300, 2, 128, 128};
+  if (packed) g.seqlens = {130, 0, 64, 1, 305};
+  g.regime = i % 2 ? Regime::hard : Regime::mixed;
+  g.with_h0 = true;
+  g.seed = seed;
+  return g;
+}
+
+// QED's training pair (bf16, packed, h0) with its saving forward overlapped (and the knob `also`
+// set to 1, if given) against the passes in series: every gradient and o bitwise equal.
+bool training_pair_overlap_agrees(uint64_t seed, const char* also) {
+  fixtures::GenSpec g;
+  g.variant = Variant::qed;
+  g.arm = Arm::full;
+  g.dims = {1, 300, 2, 128, 128};
+  g.seqlens = {65, 0, 171, 64};
+  g.with_h0 = true;
+  g.seed = seed;
+  const auto in = fixtures::generate(g);
+  const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
+  kernels::ChunkedHostRun serial, overlapped;
+  {
+    ScopedEnv off("QEDCHECK_CHUNKED_OVERLAP", "0");
+    serial = kernels::run_chunked_training(in, cot, DType::bf16);
+  }
+  {
+    ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
+    std::optional<ScopedEnv> knob;
+    if (also) knob.emplace(also, "1");
+    overlapped = kernels::run_chunked_training(in, cot, DType::bf16);
+  }
+  return serial.grads.dq == overlapped.grads.dq && serial.grads.dk == overlapped.grads.dk &&
+         serial.grads.dv == overlapped.grads.dv && serial.grads.dg == overlapped.grads.dg &&
+         serial.grads.db == overlapped.grads.db && serial.grads.dw == overlapped.grads.dw &&
+         serial.grads.dh0 == overlapped.grads.dh0 && serial.outputs.o == overlapped.outputs.o;
+}
+
 // The overlapped forward (the state pass launched beside a persistent prep pass, waiting on one
 // flag per blob) against the passes one after the other: the same arithmetic in the same order,
 // so bitwise equal, whether the prep pass takes the chunks in their order within each sequence
@@ -337,14 +381,8 @@ TEST(GpuChunkedProps, OverlappedForwardAgreesBitwise) {
   int i = 0;
   for (const auto& [v, a] : all_variants()) {
     for (const bool packed : {true, false}) {
-      fixtures::GenSpec g;
-      g.variant = v;
-      g.arm = a;
-      g.dims = packed ? reference::Dims{1, 500, 2, 128, i % 2 ? 128 : 64} : reference::Dims{3, 300, 2, 128, 128};
-      if (packed) g.seqlens = {130, 0, 64, 1, 305};
-      g.regime = i % 2 ? Regime::hard : Regime::mixed;
-      g.with_h0 = true;
-      g.seed = base_seed() + 370 + static_cast<uint64_t>(i++);
+      const fixtures::GenSpec g = overlap_case(v, a, packed, i, base_seed() + 370 + static_cast<uint64_t>(i));
+      ++i;
       const auto in = fixtures::generate(g);
       for (const DType dt : {DType::bf16, DType::fp32}) {
         for (const char* mt : {"1", "2", "4"}) {
@@ -360,31 +398,48 @@ TEST(GpuChunkedProps, OverlappedForwardAgreesBitwise) {
       }
     }
   }
-  {  // the training pair (the saving forward writes the backward's blobs and U as well)
-    fixtures::GenSpec g;
-    g.variant = Variant::qed;
-    g.arm = Arm::full;
-    g.dims = {1, 300, 2, 128, 128};
-    g.seqlens = {65, 0, 171, 64};
-    g.with_h0 = true;
-    g.seed = base_seed() + 390;
-    const auto in = fixtures::generate(g);
-    const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
-    kernels::ChunkedHostRun serial, overlapped;
-    {
-      ScopedEnv off("QEDCHECK_CHUNKED_OVERLAP", "0");
-      serial = kernels::run_chunked_training(in, cot, DType::bf16);
-    }
-    {
+  // the training pair (the saving forward writes the backward's blobs and U as well)
+  EXPECT_TRUE(training_pair_overlap_agrees(base_seed() + 390, nullptr))
+      << "the training pair differs with the overlapped forward";
+}
+
+// The overlapped forward's state pass with read-out warps (QEDCHECK_CHUNKED_STATE_SPLIT=1: four
+// walking warps carry the state and U, four more form o one chunk behind them) against the passes
+// one after the other: the read-out's products in the same order, so bitwise equal, for every
+// variant and arm, packed and dense, V = 128 and 64, and through the training pair's saving
+// forward. Mutation check: read-out warps that read the other chunk's copies of the state and U
+// (=splitparity) must be caught, which also shows that the instance really ran.
+TEST(GpuChunkedProps, SplitReadOutAgreesBitwise) {
+  REQUIRE_DEVICE();
+  ScopedEnv tile("QEDCHECK_CHUNKED_MT", "1");
+  int i = 0;
+  for (const auto& [v, a] : all_variants()) {
+    for (const bool packed : {true, false}) {
+      const fixtures::GenSpec g = overlap_case(v, a, packed, i, base_seed() + 395 + static_cast<uint64_t>(i));
+      ++i;
+      const auto in = fixtures::generate(g);
+      const auto serial = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_OVERLAP", "0");
       ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
-      overlapped = kernels::run_chunked_training(in, cot, DType::bf16);
+      const auto split = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_STATE_SPLIT", "1");
+      EXPECT_TRUE(same_bits(serial, split)) << describe(g, DType::bf16) << ": the read-out warps differ";
+      EXPECT_TRUE(all_finite(split.outputs.o)) << describe(g, DType::bf16);
     }
-    EXPECT_TRUE(serial.grads.dq == overlapped.grads.dq && serial.grads.dk == overlapped.grads.dk &&
-                serial.grads.dv == overlapped.grads.dv && serial.grads.dg == overlapped.grads.dg &&
-                serial.grads.db == overlapped.grads.db && serial.grads.dw == overlapped.grads.dw &&
-                serial.grads.dh0 == overlapped.grads.dh0 && serial.outputs.o == overlapped.outputs.o)
-        << describe(g, DType::bf16) << ": the training pair differs with the overlapped forward";
   }
+  EXPECT_TRUE(training_pair_overlap_agrees(base_seed() + 420, "QEDCHECK_CHUNKED_STATE_SPLIT"))
+      << "the training pair differs with the read-out warps";
+  fixtures::GenSpec g;
+  g.variant = Variant::gdn2;
+  g.dims = {1, 700, 2, 128, 128};
+  g.with_h0 = true;
+  g.seed = base_seed() + 421;
+  const auto in = fixtures::generate(g);
+  ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
+  ScopedEnv sp("QEDCHECK_CHUNKED_STATE_SPLIT", "1");
+  const auto good = kernels::run_chunked(in, DType::bf16, false);
+  ScopedEnv mutant("QEDCHECK_CHUNKED_MUTANT", "splitparity");
+  const auto bad = kernels::run_chunked(in, DType::bf16, false);
+  EXPECT_FALSE(bad.outputs.o == good.outputs.o) << "the splitparity mutant was not detected";
+  EXPECT_TRUE(bad.outputs.ht == good.outputs.ht) << "the splitparity mutant changed the state (only o should move)";
 }
 
 // Mutation check of the overlapped forward's hand-over: without the wait the state pass reads
