@@ -205,9 +205,13 @@ __device__ __forceinline__ void state_read_out(const Args& A, int r, int lane, i
 // leaves the walk's critical path (where few blocks walk long sequences, a step's latency is the
 // pass's time). Bitwise the same output as the ILP instance.
 template <int K, int MT, int NT, int NTQ, int NW, int LD, bool ILP = false, bool OUT = true, bool SPLIT = false>
-// (SPLIT: at most 128 registers a thread, so that a prep block fits beside it in the overlapped
-// forward, as beside the eight-warp instance.)
-__global__ void __launch_bounds__((SPLIT ? 2 : 1) * NW * 32, SPLIT ? 2 : 1) state_kernel(const Args A) {
+// Launch bounds: SPLIT asks for two blocks a multiprocessor (at most 128 registers a thread), so
+// that a prep block fits beside it in the overlapped forward. The other instances give no minimum
+// (0 emits no .minnctapersm): an explicit minimum of one block lets ptxas spend up to 48 more
+// registers a thread, which took the overlapped eight-warp instance from 128 to 162 registers and
+// so kept every prep block off its multiprocessor ([1,65536,8,128]: 3.44-3.51 ms against 2.69-2.76,
+// reports/device/chunked.md run 28).
+__global__ void __launch_bounds__((SPLIT ? 2 : 1) * NW * 32, SPLIT ? 2 : 0) state_kernel(const Args A) {
   static_assert(!ILP || MT == 1, "state_kernel: ILP is for one value tile");
   static_assert(OUT || LD == 1, "state_kernel: the state-only instance loads by bulk copies");
   static_assert(!SPLIT || (!OUT && MT == 1), "state_kernel: the read-out warps take the walkers' o path");

@@ -7,9 +7,11 @@
 // the accuracy, decay and overlap checks must catch.
 // Replay: QED_GPU_SEED=<seed> ./test_gpu_chunked_props --gtest_filter=<test>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include "kernels/chunked_api.hpp"
 #include "kernels/host_run.hpp"
@@ -48,6 +50,34 @@ reference::Inputs<double> slice(const reference::Inputs<double>& in, int64_t t0,
 // one forward (chunk states kept) under one setting of an environment knob.
 bool same_bits(const kernels::ChunkedHostRun& a, const kernels::ChunkedHostRun& b) {
   return a.outputs.o == b.outputs.o && a.outputs.ht == b.outputs.ht && a.chunk_states == b.chunk_states;
+}
+// Where two forwards that should agree bit for bit differ: for o, ht and the chunk states, how
+// many elements differ, the largest difference and the first differing index (NaN counts as a
+// difference, so an element one side never wrote shows up here).
+std::string bit_diff(const kernels::ChunkedHostRun& a, const kernels::ChunkedHostRun& b) {
+  std::string r;
+  auto one = [&](const char* name, const std::vector<double>& x, const std::vector<double>& y) {
+    if (x.size() != y.size()) {
+      r += std::string(" ") + name + ": sizes " + std::to_string(x.size()) + " and " + std::to_string(y.size()) + ";";
+      return;
+    }
+    size_t n = 0, first = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i] == y[i]) continue;
+      if (n++ == 0) first = i;
+      const double d = std::abs(x[i] - y[i]);
+      worst = std::isnan(d) || d > worst ? d : worst;
+    }
+    if (n)
+      r += std::string(" ") + name + ": " + std::to_string(n) + " of " + std::to_string(x.size()) +
+           " differ, largest " + std::to_string(worst) + ", first at " + std::to_string(first) + " (" +
+           std::to_string(x[first]) + " vs " + std::to_string(y[first]) + ");";
+  };
+  one("o", a.outputs.o, b.outputs.o);
+  one("ht", a.outputs.ht, b.outputs.ht);
+  one("chunk states", a.chunk_states, b.chunk_states);
+  return r;
 }
 kernels::ChunkedHostRun run_with(const reference::Inputs<double>& in, DType dt, const char* knob, const char* value) {
   ScopedEnv e(knob, value);
@@ -392,7 +422,8 @@ TEST(GpuChunkedProps, OverlappedForwardAgreesBitwise) {
           const auto serial = run_with(in, dt, "QEDCHECK_CHUNKED_OVERLAP", "0");
           const auto overlapped = run_with(in, dt, "QEDCHECK_CHUNKED_OVERLAP", "1");
           EXPECT_TRUE(same_bits(serial, overlapped))
-              << describe(g, dt) << " MT " << mt << ": the overlapped forward differs from the serial one";
+              << describe(g, dt) << " MT " << mt << ": the overlapped forward differs from the serial one:"
+              << bit_diff(serial, overlapped);
           EXPECT_TRUE(all_finite(overlapped.outputs.o) && all_finite(overlapped.outputs.ht)) << describe(g, dt);
         }
       }
@@ -421,7 +452,8 @@ TEST(GpuChunkedProps, SplitReadOutAgreesBitwise) {
       const auto serial = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_OVERLAP", "0");
       ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
       const auto split = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_STATE_SPLIT", "1");
-      EXPECT_TRUE(same_bits(serial, split)) << describe(g, DType::bf16) << ": the read-out warps differ";
+      EXPECT_TRUE(same_bits(serial, split)) << describe(g, DType::bf16) << ": the read-out warps differ:"
+                                            << bit_diff(serial, split);
       EXPECT_TRUE(all_finite(split.outputs.o)) << describe(g, DType::bf16);
     }
   }
