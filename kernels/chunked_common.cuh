@@ -310,8 +310,9 @@ int64_t bwd_pj_offset(int K, Mode m);  // of the per-row (k.k, k.m) pairs in the
 // Shared memory the launches need (to check against the device limit).
 int prep_smem_bytes(int K, bool fp32_inputs);
 int state_smem_bytes(int K, int MT, Mode m, bool overlap = false);
-// warps per block of the state pass: 4, or 8 at K = 128 in the overlapped forward or on request
-int state_warps(int K, bool overlap = false);
+// warps per block of the state pass: 4, or 8 at K = 128 in the overlapped forward or on request;
+// split_ok (bf16, one value tile): the overlapped forward takes the SPLIT instance (4 walking warps)
+int state_warps(int K, bool overlap = false, bool split_ok = false);
 cudaError_t launch_chunk_base(const Args& A, int64_t* base, cudaStream_t st);
 cudaError_t launch_prep(const Args& A, bool fp32_inputs, Mode m, int64_t grid_chunks,
                         cudaStream_t st);

@@ -36,7 +36,7 @@ chunked::Seq seq_of(const SeqTensor& t) {
 // of a plain bf16 kernel), =nofallback (no element-wise path for steep decays), =bulkload (the
 // state pass's bulk-copy loads leave out the chunk decay), =nowait (the overlapped state pass
 // reads the blobs without waiting for them) or =splitparity (the state pass's read-out warps, where
-// QEDCHECK_CHUNKED_STATE_SPLIT=1 engages them, read the other chunk's copies of Sᵀ and Uᵀ). Used
+// the overlapped bf16 forward runs them, read the other chunk's copies of Sᵀ and Uᵀ). Used
 // by the GPU tests to show that their accuracy, extreme-decay and load-path checks fail on such
 // kernels.
 const char* mutant() {

@@ -452,12 +452,17 @@ __global__ void __launch_bounds__((SPLIT ? 2 : 1) * NW * 32, SPLIT ? 2 : 0) stat
 #pragma unroll
       for (int n = 0; n < NN; ++n) {
         const float ga = gcs[8 * n + 2 * t], gb = gcs[8 * n + 2 * t + 1];
+        // The decay as a multiply of its own (__fmul_rn is never contracted): where no branch
+        // separates it from the ILP instance's later accS += tS[0] + tS[1] (OUT = false, so the
+        // SPLIT walkers), the compiler would otherwise fuse the two into one FFMA, a different
+        // rounding of the state than the other instances' FMUL then FADD (run 28: SASS of the
+        // SPLIT walkers 16 FFMA, of the ILP instance 0; SplitReadOutAgreesBitwise failed).
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-          accS[m][n][0] *= ga;
-          accS[m][n][1] *= gb;
-          accS[m][n][2] *= ga;
-          accS[m][n][3] *= gb;
+          accS[m][n][0] = __fmul_rn(accS[m][n][0], ga);
+          accS[m][n][1] = __fmul_rn(accS[m][n][1], gb);
+          accS[m][n][2] = __fmul_rn(accS[m][n][2], ga);
+          accS[m][n][3] = __fmul_rn(accS[m][n][3], gb);
         }
       }
       // ILP: the products' own accumulators (even, odd kb), added to the decayed state below
@@ -534,16 +539,18 @@ __global__ void __launch_bounds__((SPLIT ? 2 : 1) * NW * 32, SPLIT ? 2 : 0) stat
 // (reports/device/chunked.md run 21).
 // QEDCHECK_CHUNKED_STATE_WARPS=4|8 (8 only at K = 128) and QEDCHECK_CHUNKED_STATE_LOAD=bulk|cpasync
 // override (side-by-side timing and the bitwise tests).
-// QEDCHECK_CHUNKED_STATE_SPLIT=1: the overlapped forward's bf16 state pass at K = 128 takes the
-// SPLIT instance (four walking warps, four read-out warps; not yet measured, so not the default).
+// The overlapped forward's bf16 state pass at K = 128 and one value tile takes the SPLIT instance
+// (four walking warps, four read-out warps): at [1,65536,8,128] on an H100 2.54-2.61 ms against
+// 2.69-2.76 for the eight-warp instance (reports/device/chunked.md run 28).
+// QEDCHECK_CHUNKED_STATE_SPLIT=0 keeps the eight-warp instance there.
 static bool state_split() {
   const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_SPLIT");
-  return e && std::strcmp(e, "1") == 0;
+  return !(e && std::strcmp(e, "0") == 0);
 }
 
-int state_warps(int K, bool overlap) {
+int state_warps(int K, bool overlap, bool split_ok) {
   if (K != 128) return 4;
-  if (overlap && state_split()) return 4;  // four walking warps (and four read-out warps)
+  if (overlap && split_ok && state_split()) return 4;  // four walking warps (and four read-out warps)
   const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_WARPS");
   if (e && std::strcmp(e, "8") == 0) return 8;
   if (e && std::strcmp(e, "4") == 0) return 4;
@@ -656,8 +663,9 @@ int state_smem_k(int MT, Mode m, bool split) {
 
 int state_smem_bytes(int K, int MT, Mode m, bool overlap) {
   if (K == 64) return state_smem_k<64, 4>(MT, m, false);
-  const bool split = overlap && state_split();
-  return state_warps(K, overlap) == 8 ? state_smem_k<128, 8>(MT, m, split) : state_smem_k<128, 4>(MT, m, split);
+  const bool split_ok = m == Mode::bf16 && MT == 1;
+  const bool split = overlap && split_ok && state_split();
+  return state_warps(K, overlap, split_ok) == 8 ? state_smem_k<128, 8>(MT, m, split) : state_smem_k<128, 4>(MT, m, split);
 }
 
 int64_t blob_bytes(int K, int64_t V, Mode m) {
@@ -674,7 +682,7 @@ int64_t blob_bytes(int K, int64_t V, Mode m) {
 
 cudaError_t launch_state(const Args& A, Mode m, int MT, cudaStream_t st) {
   if (A.K == 64) return launch_state_m<64, 4>(A, m, MT, st);
-  return state_warps(128, A.ready != nullptr) == 8 ? launch_state_m<128, 8>(A, m, MT, st)
+  return state_warps(128, A.ready != nullptr, m == Mode::bf16 && MT == 1) == 8 ? launch_state_m<128, 8>(A, m, MT, st)
                                                    : launch_state_m<128, 4>(A, m, MT, st);
 }
 

@@ -374,7 +374,7 @@ fixtures::GenSpec overlap_case(Variant v, Arm a, bool packed, int i, uint64_t se
 
 // QED's training pair (bf16, packed, h0) with its saving forward overlapped (and the knob `also`
 // set to 1, if given) against the passes in series: every gradient and o bitwise equal.
-bool training_pair_overlap_agrees(uint64_t seed, const char* also) {
+bool training_pair_overlap_agrees(uint64_t seed, const char* knob, const char* value) {
   fixtures::GenSpec g;
   g.variant = Variant::qed;
   g.arm = Arm::full;
@@ -391,8 +391,8 @@ bool training_pair_overlap_agrees(uint64_t seed, const char* also) {
   }
   {
     ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
-    std::optional<ScopedEnv> knob;
-    if (also) knob.emplace(also, "1");
+    std::optional<ScopedEnv> setting;
+    if (knob) setting.emplace(knob, value);
     overlapped = kernels::run_chunked_training(in, cot, DType::bf16);
   }
   return serial.grads.dq == overlapped.grads.dq && serial.grads.dk == overlapped.grads.dk &&
@@ -430,16 +430,19 @@ TEST(GpuChunkedProps, OverlappedForwardAgreesBitwise) {
     }
   }
   // the training pair (the saving forward writes the backward's blobs and U as well)
-  EXPECT_TRUE(training_pair_overlap_agrees(base_seed() + 390, nullptr))
+  EXPECT_TRUE(training_pair_overlap_agrees(base_seed() + 390, nullptr, nullptr))
       << "the training pair differs with the overlapped forward";
 }
 
-// The overlapped forward's state pass with read-out warps (QEDCHECK_CHUNKED_STATE_SPLIT=1: four
-// walking warps carry the state and U, four more form o one chunk behind them) against the passes
-// one after the other: the read-out's products in the same order, so bitwise equal, for every
-// variant and arm, packed and dense, V = 128 and 64, and through the training pair's saving
-// forward. Mutation check: read-out warps that read the other chunk's copies of the state and U
-// (=splitparity) must be caught, which also shows that the instance really ran.
+// The overlapped forward's state pass with read-out warps (the SPLIT instance, its default for
+// bf16 at one value tile: four walking warps carry the state and U, four more form o one chunk
+// behind them) against the passes one after the other: the read-out's products in the same order
+// and the decay's multiply kept apart from the add after it (run 28: fused into one FFMA in the
+// walkers, the states differed in their last bits), so bitwise equal, for every variant and arm,
+// packed and dense, V = 128 and 64, and through the training pair's saving forward; the same for
+// the eight-warp instance that QEDCHECK_CHUNKED_STATE_SPLIT=0 keeps. Mutation check: read-out
+// warps that read the other chunk's copies of the state and U (=splitparity) must be caught, which
+// also shows that the instance really ran.
 TEST(GpuChunkedProps, SplitReadOutAgreesBitwise) {
   REQUIRE_DEVICE();
   ScopedEnv tile("QEDCHECK_CHUNKED_MT", "1");
@@ -455,10 +458,16 @@ TEST(GpuChunkedProps, SplitReadOutAgreesBitwise) {
       EXPECT_TRUE(same_bits(serial, split)) << describe(g, DType::bf16) << ": the read-out warps differ:"
                                             << bit_diff(serial, split);
       EXPECT_TRUE(all_finite(split.outputs.o)) << describe(g, DType::bf16);
+      // and the eight-warp instance the overlapped forward takes with the knob off
+      const auto eight = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_STATE_SPLIT", "0");
+      EXPECT_TRUE(same_bits(serial, eight)) << describe(g, DType::bf16) << ": the eight-warp overlapped pass differs:"
+                                            << bit_diff(serial, eight);
     }
   }
-  EXPECT_TRUE(training_pair_overlap_agrees(base_seed() + 420, "QEDCHECK_CHUNKED_STATE_SPLIT"))
+  EXPECT_TRUE(training_pair_overlap_agrees(base_seed() + 420, "QEDCHECK_CHUNKED_STATE_SPLIT", "1"))
       << "the training pair differs with the read-out warps";
+  EXPECT_TRUE(training_pair_overlap_agrees(base_seed() + 422, "QEDCHECK_CHUNKED_STATE_SPLIT", "0"))
+      << "the training pair differs with the eight-warp overlapped instance";
   fixtures::GenSpec g;
   g.variant = Variant::gdn2;
   g.dims = {1, 700, 2, 128, 128};
