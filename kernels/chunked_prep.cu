@@ -42,6 +42,10 @@ struct alignas(16) PrepSmem {
   uint8_t ulist[4][K];
 };
 
+// Which erase vector a phase forms (Ctx::aval_k): b k (every variant but QED), QED's full arm, or
+// any other QED arm (chosen per element from the arm, as aval does).
+enum : int { kAkPlain = 0, kAkFull = 1, kAkOther = 2 };
+
 template <class InT, int K>
 struct Ctx {
   const PrepSmem<InT, K>& s;
@@ -61,11 +65,20 @@ struct Ctx {
     if (variant != kQed) return bb * kk;
     return fmaf(bb, kk, fmaf(lam, mval(r, c), -s.coef[r] * kk));
   }
-  // The same value from already loaded k, b, q (the same operations in the same order).
-  __device__ float aval_of(float kk, float bb, float qq, int r, int c) const {
-    if (variant != kQed) return bb * kk;
-    const float m = arm == kArmFull ? bb * qq : (arm == kArmRand ? bb * s.r[c] : qq);
-    return fmaf(bb, kk, fmaf(lam, m, -s.coef[r] * kk));
+  // The same value from already loaded k, b, q, with the variant and arm decided once per phase
+  // (AK) and the row's coefficient passed in a register, for the hot loops of T/M and Ã: the same
+  // operations in the same order as aval, so the same bits, without the per-element branches and
+  // shared loads of s.coef that made QED's A fragments cost about six times GDN-2's instructions
+  // (SASS of run 29).
+  template <int AK>
+  __device__ float aval_k(float kk, float bb, float qq, float coef, int c) const {
+    if constexpr (AK == kAkPlain) {
+      return bb * kk;
+    } else {
+      const float m =
+          AK == kAkFull ? bb * qq : (arm == kArmRand ? bb * s.r[c] : (arm == kArmFull ? bb * qq : qq));
+      return fmaf(bb, kk, fmaf(lam, m, -coef * kk));
+    }
   }
   // Channels c, c+1 (c even) of row r: k, b, q by one 32-bit (bf16) or 64-bit (fp32) load each.
   __device__ void pair(int r, int c, float (&k2)[2], float (&b2)[2], float (&q2)[2]) const {
@@ -355,62 +368,73 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
     for (int i = 0; i < NI; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) accT[i][e] = accM[i][e] = 0.f;
-    for (int kb = 0; kb < K / 16; ++kb) {
-      // M in the forward's read-out precision; the backward (BWD) feeds it to the state adjoint,
-      // so there it takes the state path's terms.
-      constexpr int NTM = BWD ? NT : NTQ;
-      uint32_t aT[NT * 4], aM[NTM * 4];
-      int prevI = -1;
+    // The products over the channel blocks, with the erase vector's kind fixed for the loop.
+    auto products = [&](auto aktag) {
+      constexpr int AK = decltype(aktag)::value;
+      for (int kb = 0; kb < K / 16; ++kb) {
+        // M in the forward's read-out precision; the backward (BWD) feeds it to the state adjoint,
+        // so there it takes the state path's terms.
+        constexpr int NTM = BWD ? NT : NTQ;
+        uint32_t aT[NT * 4], aM[NTM * 4];
+        int prevI = -1;
 #pragma unroll
-      for (int it = 0; it < NI; ++it) {
-        int I, nt;
-        if (!tm_item<NW>(warp, it, I, nt)) continue;
-        const int p = 16 * I - 1;
-        if (I != prevI) {
-          prevI = I;
-          const int r0 = 16 * I + g, c0 = 16 * kb + 2 * t;
+        for (int it = 0; it < NI; ++it) {
+          int I, nt;
+          if (!tm_item<NW>(warp, it, I, nt)) continue;
+          const int p = 16 * I - 1;
+          if (I != prevI) {
+            prevI = I;
+            const int r0 = 16 * I + g, c0 = 16 * kb + 2 * t;
+            float cf[2] = {0.f, 0.f};  // the rows' projection coefficients (QED)
+            if constexpr (AK != kAkPlain) cf[0] = s.coef[r0], cf[1] = s.coef[r0 + 8];
 #pragma unroll
-          for (int reg = 0; reg < 4; ++reg) {
-            const int r = r0 + ((reg & 1) ? 8 : 0), c = c0 + ((reg & 2) ? 8 : 0);
-            const float e0 = ex2(s.G[r][c] - (p < 0 ? 0.f : s.G[p][c]));
-            const float e1 = ex2(s.G[r][c + 1] - (p < 0 ? 0.f : s.G[p][c + 1]));
-            float k2[2], b2[2], q2[2];
-            X.pair(r, c, k2, b2, q2);
-            uint32_t x[NT], y[NTM];
-            split2<NT>(X.aval_of(k2[0], b2[0], q2[0], r, c) * e0, X.aval_of(k2[1], b2[1], q2[1], r, c + 1) * e1, x);
-            split2<NTM>(q2[0] * e0, q2[1] * e1, y);
+            for (int reg = 0; reg < 4; ++reg) {
+              const int r = r0 + ((reg & 1) ? 8 : 0), c = c0 + ((reg & 2) ? 8 : 0);
+              const float e0 = ex2(s.G[r][c] - (p < 0 ? 0.f : s.G[p][c]));
+              const float e1 = ex2(s.G[r][c + 1] - (p < 0 ? 0.f : s.G[p][c + 1]));
+              float k2[2], b2[2], q2[2];
+              X.pair(r, c, k2, b2, q2);
+              uint32_t x[NT], y[NTM];
+              const float cr = cf[reg & 1];
+              split2<NT>(X.template aval_k<AK>(k2[0], b2[0], q2[0], cr, c) * e0,
+                         X.template aval_k<AK>(k2[1], b2[1], q2[1], cr, c + 1) * e1, x);
+              split2<NTM>(q2[0] * e0, q2[1] * e1, y);
 #pragma unroll
-            for (int i = 0; i < NT; ++i) aT[4 * i + reg] = x[i];
+              for (int i = 0; i < NT; ++i) aT[4 * i + reg] = x[i];
 #pragma unroll
-            for (int i = 0; i < NTM; ++i) aM[4 * i + reg] = y[i];
-          }
-        }
-        uint32_t bK[NT * 2];
-        {
-          const int j = 8 * nt + g, c0 = 16 * kb + 2 * t;
-          // Steep channels of a diagonal block drop out of the factored product: their bits for
-          // this lane's channels c0 + {0, 1, 8, 9} (one mask word; usually none at all).
-          uint32_t steep = 0;
-          if (nt >= 2 * I && s.nuns[I] > 0) steep = s.umask[I][kb >> 1] >> (c0 & 31);
-#pragma unroll
-          for (int reg = 0; reg < 2; ++reg) {
-            float v[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int c = c0 + e + 8 * reg;
-              v[e] = X.kf(j, c) * ex2((p < 0 ? 0.f : s.G[p][c]) - s.G[j][c]);
-              if ((steep >> (e + 8 * reg)) & 1u) v[e] = 0.f;
+              for (int i = 0; i < NTM; ++i) aM[4 * i + reg] = y[i];
             }
-            uint32_t x[NT];
-            split2<NT>(v[0], v[1], x);
-#pragma unroll
-            for (int i = 0; i < NT; ++i) bK[2 * i + reg] = x[i];
           }
+          uint32_t bK[NT * 2];
+          {
+            const int j = 8 * nt + g, c0 = 16 * kb + 2 * t;
+            // Steep channels of a diagonal block drop out of the factored product: their bits for
+            // this lane's channels c0 + {0, 1, 8, 9} (one mask word; usually none at all).
+            uint32_t steep = 0;
+            if (nt >= 2 * I && s.nuns[I] > 0) steep = s.umask[I][kb >> 1] >> (c0 & 31);
+#pragma unroll
+            for (int reg = 0; reg < 2; ++reg) {
+              float v[2];
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int c = c0 + e + 8 * reg;
+                v[e] = X.kf(j, c) * ex2((p < 0 ? 0.f : s.G[p][c]) - s.G[j][c]);
+                if ((steep >> (e + 8 * reg)) & 1u) v[e] = 0.f;
+              }
+              uint32_t x[NT];
+              split2<NT>(v[0], v[1], x);
+#pragma unroll
+              for (int i = 0; i < NT; ++i) bK[2 * i + reg] = x[i];
+            }
+          }
+          mma_split<NT, NT>(accT[it], aT, bK);
+          mma_split<NTM, NTM>(accM[it], aM, bK);
         }
-        mma_split<NT, NT>(accT[it], aT, bK);
-        mma_split<NTM, NTM>(accM[it], aM, bK);
       }
-    }
+    };
+    if (!qed) products(std::integral_constant<int, kAkPlain>{});
+    else if (A.arm == kArmFull) products(std::integral_constant<int, kAkFull>{});
+    else products(std::integral_constant<int, kAkOther>{});
 #pragma unroll
     for (int it = 0; it < NI; ++it) {
       int I, nt;
@@ -665,21 +689,28 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
   // Eight channels per item (16 bytes of bf16 k, b, q; two items of four for fp32).
   {
     constexpr int VE = 16 / sizeof(InT), NV = K / VE;
-    for (int i = tid; i < kC * NV; i += NTH) {
-      const int r = i / NV, c0 = (i % NV) * VE;
-      const uint4 uk = *reinterpret_cast<const uint4*>(&s.u.in.k[r][c0]);
-      const uint4 ub = *reinterpret_cast<const uint4*>(&s.u.in.b[r][c0]);
-      uint4 uq = make_uint4(0, 0, 0, 0);  // q enters a only for QED
-      if (qed) uq = *reinterpret_cast<const uint4*>(&s.u.in.q[r][c0]);
-      const InT* ek = reinterpret_cast<const InT*>(&uk);
-      const InT* eb = reinterpret_cast<const InT*>(&ub);
-      const InT* eq = reinterpret_cast<const InT*>(&uq);
+    auto atilde = [&](auto aktag) {
+      constexpr int AK = decltype(aktag)::value;
+      for (int i = tid; i < kC * NV; i += NTH) {
+        const int r = i / NV, c0 = (i % NV) * VE;
+        const uint4 uk = *reinterpret_cast<const uint4*>(&s.u.in.k[r][c0]);
+        const uint4 ub = *reinterpret_cast<const uint4*>(&s.u.in.b[r][c0]);
+        uint4 uq = make_uint4(0, 0, 0, 0);  // q enters a only for QED
+        float cr = 0.f;
+        if constexpr (AK != kAkPlain) uq = *reinterpret_cast<const uint4*>(&s.u.in.q[r][c0]), cr = s.coef[r];
+        const InT* ek = reinterpret_cast<const InT*>(&uk);
+        const InT* eb = reinterpret_cast<const InT*>(&ub);
+        const InT* eq = reinterpret_cast<const InT*>(&uq);
 #pragma unroll
-      for (int e = 0; e < VE; ++e) {
-        const int c = c0 + e;
-        s.G[r][c] = X.aval_of(to_f(ek[e]), to_f(eb[e]), to_f(eq[e]), r, c) * ex2(s.G[r][c]);
+        for (int e = 0; e < VE; ++e) {
+          const int c = c0 + e;
+          s.G[r][c] = X.template aval_k<AK>(to_f(ek[e]), to_f(eb[e]), to_f(eq[e]), cr, c) * ex2(s.G[r][c]);
+        }
       }
-    }
+    };
+    if (!qed) atilde(std::integral_constant<int, kAkPlain>{});
+    else if (A.arm == kArmFull) atilde(std::integral_constant<int, kAkFull>{});
+    else atilde(std::integral_constant<int, kAkOther>{});
   }
   __syncthreads();
   if (A.prep_stop == 6) return;
