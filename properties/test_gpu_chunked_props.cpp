@@ -372,8 +372,9 @@ fixtures::GenSpec overlap_case(Variant v, Arm a, bool packed, int i, uint64_t se
   return g;
 }
 
-// QED's training pair (bf16, packed, h0) with its saving forward overlapped (and the knob `also`
-// set to 1, if given) against the passes in series: every gradient and o bitwise equal.
+// QED's training pair (bf16, packed, h0) with its saving forward overlapped (and the environment
+// knob `knob` set to `value`, if given) against the passes in series: every gradient and o bitwise
+// equal.
 bool training_pair_overlap_agrees(uint64_t seed, const char* knob, const char* value) {
   fixtures::GenSpec g;
   g.variant = Variant::qed;
