@@ -369,66 +369,135 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
 #pragma unroll
       for (int e = 0; e < 4; ++e) accT[i][e] = accM[i][e] = 0.f;
     // The products over the channel blocks, with the erase vector's kind fixed for the loop.
-    auto products = [&](auto aktag) {
+    // M in the forward's read-out precision; the backward (BWD) feeds it to the state adjoint, so
+    // there it takes the state path's terms.
+    constexpr int NTM = BWD ? NT : NTQ;
+    // The A fragments of row block I and channel block kb for the lane (gg, tt): registers
+    // reg = 2 * half + rr (row 16I + gg + 8rr, channels 16kb + 2tt + 8half, +1), rr = 0, 1, into
+    // xT[NT][2] and xM[NTM][2]. (Array-reference parameters here crash cicc 13.0: a segfault.)
+    auto afrag = [&](auto aktag, int I, int kb, int gg, int tt, int half, uint32_t (*xT)[2],
+                     uint32_t (*xM)[2]) {
       constexpr int AK = decltype(aktag)::value;
-      for (int kb = 0; kb < K / 16; ++kb) {
-        // M in the forward's read-out precision; the backward (BWD) feeds it to the state adjoint,
-        // so there it takes the state path's terms.
-        constexpr int NTM = BWD ? NT : NTQ;
-        uint32_t aT[NT * 4], aM[NTM * 4];
-        int prevI = -1;
+      const int p = 16 * I - 1, r0 = 16 * I + gg, c = 16 * kb + 2 * tt + 8 * half;
+      float cf[2] = {0.f, 0.f};  // the rows' projection coefficients (QED)
+      if constexpr (AK != kAkPlain) cf[0] = s.coef[r0], cf[1] = s.coef[r0 + 8];
 #pragma unroll
-        for (int it = 0; it < NI; ++it) {
-          int I, nt;
-          if (!tm_item<NW>(warp, it, I, nt)) continue;
-          const int p = 16 * I - 1;
-          if (I != prevI) {
-            prevI = I;
-            const int r0 = 16 * I + g, c0 = 16 * kb + 2 * t;
-            float cf[2] = {0.f, 0.f};  // the rows' projection coefficients (QED)
-            if constexpr (AK != kAkPlain) cf[0] = s.coef[r0], cf[1] = s.coef[r0 + 8];
+      for (int rr = 0; rr < 2; ++rr) {
+        const int r = r0 + 8 * rr;
+        const float e0 = ex2(s.G[r][c] - (p < 0 ? 0.f : s.G[p][c]));
+        const float e1 = ex2(s.G[r][c + 1] - (p < 0 ? 0.f : s.G[p][c + 1]));
+        float k2[2], b2[2], q2[2];
+        X.pair(r, c, k2, b2, q2);
+        uint32_t x[NT], y[NTM];
+        split2<NT>(X.template aval_k<AK>(k2[0], b2[0], q2[0], cf[rr], c) * e0,
+                   X.template aval_k<AK>(k2[1], b2[1], q2[1], cf[rr], c + 1) * e1, x);
+        split2<NTM>(q2[0] * e0, q2[1] * e1, y);
 #pragma unroll
-            for (int reg = 0; reg < 4; ++reg) {
-              const int r = r0 + ((reg & 1) ? 8 : 0), c = c0 + ((reg & 2) ? 8 : 0);
-              const float e0 = ex2(s.G[r][c] - (p < 0 ? 0.f : s.G[p][c]));
-              const float e1 = ex2(s.G[r][c + 1] - (p < 0 ? 0.f : s.G[p][c + 1]));
-              float k2[2], b2[2], q2[2];
-              X.pair(r, c, k2, b2, q2);
-              uint32_t x[NT], y[NTM];
-              const float cr = cf[reg & 1];
-              split2<NT>(X.template aval_k<AK>(k2[0], b2[0], q2[0], cr, c) * e0,
-                         X.template aval_k<AK>(k2[1], b2[1], q2[1], cr, c + 1) * e1, x);
-              split2<NTM>(q2[0] * e0, q2[1] * e1, y);
+        for (int i = 0; i < NT; ++i) xT[i][rr] = x[i];
 #pragma unroll
-              for (int i = 0; i < NT; ++i) aT[4 * i + reg] = x[i];
+        for (int i = 0; i < NTM; ++i) xM[i][rr] = y[i];
+      }
+    };
+    // Item it's B fragment (K̃' of rows 8nt.., channel block kb, referenced at row 16I-1) and its
+    // two products.
+    auto item_products = [&](int it, int I, int nt, int kb, const uint32_t* aT, const uint32_t* aM) {
+      const int p = 16 * I - 1;
+      uint32_t bK[NT * 2];
+      const int j = 8 * nt + g, c0 = 16 * kb + 2 * t;
+      // Steep channels of a diagonal block drop out of the factored product: their bits for this
+      // lane's channels c0 + {0, 1, 8, 9} (one mask word; usually none at all).
+      uint32_t steep = 0;
+      if (nt >= 2 * I && s.nuns[I] > 0) steep = s.umask[I][kb >> 1] >> (c0 & 31);
 #pragma unroll
-              for (int i = 0; i < NTM; ++i) aM[4 * i + reg] = y[i];
-            }
-          }
-          uint32_t bK[NT * 2];
-          {
-            const int j = 8 * nt + g, c0 = 16 * kb + 2 * t;
-            // Steep channels of a diagonal block drop out of the factored product: their bits for
-            // this lane's channels c0 + {0, 1, 8, 9} (one mask word; usually none at all).
-            uint32_t steep = 0;
-            if (nt >= 2 * I && s.nuns[I] > 0) steep = s.umask[I][kb >> 1] >> (c0 & 31);
+      for (int reg = 0; reg < 2; ++reg) {
+        float v[2];
 #pragma unroll
-            for (int reg = 0; reg < 2; ++reg) {
-              float v[2];
+        for (int e = 0; e < 2; ++e) {
+          const int c = c0 + e + 8 * reg;
+          v[e] = X.kf(j, c) * ex2((p < 0 ? 0.f : s.G[p][c]) - s.G[j][c]);
+          if ((steep >> (e + 8 * reg)) & 1u) v[e] = 0.f;
+        }
+        uint32_t x[NT];
+        split2<NT>(v[0], v[1], x);
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int c = c0 + e + 8 * reg;
-                v[e] = X.kf(j, c) * ex2((p < 0 ? 0.f : s.G[p][c]) - s.G[j][c]);
-                if ((steep >> (e + 8 * reg)) & 1u) v[e] = 0.f;
+        for (int i = 0; i < NT; ++i) bK[2 * i + reg] = x[i];
+      }
+      mma_split<NT, NT>(accT[it], aT, bK);
+      mma_split<NTM, NTM>(accM[it], aM, bK);
+    };
+    // Eight warps: row blocks 3, 2 and 1 are split over three, two and two warps, so each warp
+    // building the A fragments of its own row block built most of them twice or three times.
+    // Instead every thread builds a quarter of one lane's fragments of channel block kb + 1 into a
+    // ring of two channel blocks in s.T (T is written only after the products), while the warps
+    // multiply channel block kb; one barrier a channel block. The same values in the same
+    // registers of the same products: the same bits as the four-warp path below.
+    constexpr int NTA = NT + NTM;  // fragment terms a row block and lane
+    static_assert(NW != 8 || 2 * 4 * NTA * 32 * 16 <= static_cast<int>(sizeof(Sm::T)),
+                  "prep_kernel: the A-fragment ring must fit in s.T");
+    uint4* ring = reinterpret_cast<uint4*>(&s.T[0][0]);  // [buf][I][term][lane]
+    auto products = [&](auto aktag) {
+      using AkTag = decltype(aktag);
+      if constexpr (NW == 8) {
+        const int slot = tid & 127, half = tid >> 7;  // NTH = 256: two threads a (row block, lane)
+        const int bI = slot >> 5, bl = slot & 31;
+        auto build = [&](int kb) {
+          uint32_t xT[NT][2], xM[NTM][2];
+          afrag(AkTag{}, bI, kb, bl >> 2, bl & 3, half, xT, xM);
+          uint2* dst = reinterpret_cast<uint2*>(ring + ((kb & 1) * 4 + bI) * NTA * 32 + bl) + half;
+#pragma unroll
+          for (int i = 0; i < NT; ++i) dst[2 * 32 * i] = make_uint2(xT[i][0], xT[i][1]);
+#pragma unroll
+          for (int i = 0; i < NTM; ++i) dst[2 * 32 * (NT + i)] = make_uint2(xM[i][0], xM[i][1]);
+        };
+        build(0);
+        __syncthreads();
+        for (int kb = 0; kb < K / 16; ++kb) {
+          if (kb + 1 < K / 16) build(kb + 1);
+          uint32_t aT[NT * 4], aM[NTM * 4];
+          int prevI = -1;
+#pragma unroll
+          for (int it = 0; it < NI; ++it) {
+            int I, nt;
+            if (!tm_item<NW>(warp, it, I, nt)) continue;
+            if (I != prevI) {
+              prevI = I;
+              const uint4* src = ring + ((kb & 1) * 4 + I) * NTA * 32 + lane;
+#pragma unroll
+              for (int i = 0; i < NTA; ++i) {
+                const uint4 v = src[32 * i];
+                uint32_t* d = i < NT ? &aT[4 * i] : &aM[4 * (i - NT)];
+                d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
               }
-              uint32_t x[NT];
-              split2<NT>(v[0], v[1], x);
-#pragma unroll
-              for (int i = 0; i < NT; ++i) bK[2 * i + reg] = x[i];
             }
+            item_products(it, I, nt, kb, aT, aM);
           }
-          mma_split<NT, NT>(accT[it], aT, bK);
-          mma_split<NTM, NTM>(accM[it], aM, bK);
+          __syncthreads();  // channel block kb + 1 built, kb's fragments read
+        }
+      } else {
+        for (int kb = 0; kb < K / 16; ++kb) {
+          uint32_t aT[NT * 4], aM[NTM * 4];
+          int prevI = -1;
+#pragma unroll
+          for (int it = 0; it < NI; ++it) {
+            int I, nt;
+            if (!tm_item<NW>(warp, it, I, nt)) continue;
+            if (I != prevI) {
+              prevI = I;
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                uint32_t xT[NT][2], xM[NTM][2];
+                afrag(AkTag{}, I, kb, g, t, half, xT, xM);
+#pragma unroll
+                for (int rr = 0; rr < 2; ++rr) {
+#pragma unroll
+                  for (int i = 0; i < NT; ++i) aT[4 * i + 2 * half + rr] = xT[i][rr];
+#pragma unroll
+                  for (int i = 0; i < NTM; ++i) aM[4 * i + 2 * half + rr] = xM[i][rr];
+                }
+              }
+            }
+            item_products(it, I, nt, kb, aT, aM);
+          }
         }
       }
     };
