@@ -143,7 +143,7 @@ __device__ __forceinline__ bool tm_item(int warp, int it, int& I, int& nt) {
 // come from accumulators (M, W_a), the others computed like their forward twins, and L.
 // One (chunk gc, head h) of the pass: every thread of the block calls it (its early returns are
 // the same for the whole block).
-template <class InT, int K, int NT, int NTQ, int NW, bool BWD>
+template <class InT, int K, int NT, int NTQ, int NW, bool BWD, bool RING>
 __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, int64_t gc, int64_t h,
                                           unsigned char* smem_raw) {
   static_assert(NW == 4 || NW == 8, "prep_kernel: 4 or 8 warps");
@@ -425,19 +425,24 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
       mma_split<NT, NT>(accT[it], aT, bK);
       mma_split<NTM, NTM>(accM[it], aM, bK);
     };
-    // Eight warps: row blocks 3, 2 and 1 are split over three, two and two warps, so each warp
-    // building the A fragments of its own row block built most of them twice or three times.
-    // Instead every thread builds a quarter of one lane's fragments of channel block kb + 1 into a
-    // ring of two channel blocks in s.T (T is written only after the products), while the warps
-    // multiply channel block kb; one barrier a channel block. The same values in the same
-    // registers of the same products: the same bits as the four-warp path below.
+    // RING (eight warps, the overlapped forward's persistent pass): row blocks 3, 2 and 1 are split
+    // over three, two and two warps, so warps building the A fragments of their own row block
+    // build most of them two or three times. Instead every thread builds a quarter of one lane's
+    // fragments of channel block kb + 1 into a ring of two channel blocks in s.T (T is written only
+    // after the products), while the warps multiply channel block kb; one barrier a channel block.
+    // The same values in the same registers of the same products: the same bits as the path
+    // below. Measured (reports/device/chunked.md run 29): the overlapped forward at
+    // [1,65536,8,128] 6% faster; with two prep blocks a multiprocessor and nothing beside them
+    // (the passes in series) the barriers cost what the ring saves, so that path keeps its own
+    // fragments, and so does the backward's instance (more spills with the ring).
     constexpr int NTA = NT + NTM;  // fragment terms a row block and lane
-    static_assert(NW != 8 || 2 * 4 * NTA * 32 * 16 <= static_cast<int>(sizeof(Sm::T)),
+    static_assert(!RING || 2 * 4 * NTA * 32 * 16 <= static_cast<int>(sizeof(Sm::T)),
                   "prep_kernel: the A-fragment ring must fit in s.T");
-    uint4* ring = reinterpret_cast<uint4*>(&s.T[0][0]);  // [buf][I][term][lane]
     auto products = [&](auto aktag) {
       using AkTag = decltype(aktag);
-      if constexpr (NW == 8) {
+      if constexpr (RING) {
+        static_assert(NW == 8, "prep_kernel: the A-fragment ring takes eight warps");
+        uint4* ring = reinterpret_cast<uint4*>(&s.T[0][0]);  // [buf][I][term][lane]
         const int slot = tid & 127, half = tid >> 7;  // NTH = 256: two threads a (row block, lane)
         const int bI = slot >> 5, bl = slot & 31;
         auto build = [&](int kb) {
@@ -940,7 +945,7 @@ template <class InT, int K, int NT, int NTQ, int NW, bool BWD>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Args A, int64_t grid_chunks) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   if (!A.ready) {
-    prep_item<InT, K, NT, NTQ, NW, BWD>(A, grid_chunks, blockIdx.x, blockIdx.y, smem_raw);
+    prep_item<InT, K, NT, NTQ, NW, BWD, false>(A, grid_chunks, blockIdx.x, blockIdx.y, smem_raw);
     return;
   }
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -956,7 +961,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 1) prep_kernel(const Ar
       gc = i / A.H;
       h = i % A.H;
     }
-    prep_item<InT, K, NT, NTQ, NW, BWD>(A, grid_chunks, gc, h, smem_raw);
+    prep_item<InT, K, NT, NTQ, NW, BWD, NW == 8 && !BWD>(A, grid_chunks, gc, h, smem_raw);
     ready_publish(A.ready + gc * A.H + h);  // also the barrier before the next item reuses smem
   }
 }
