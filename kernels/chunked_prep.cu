@@ -440,32 +440,37 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
                   "prep_kernel: the A-fragment ring must fit in s.T");
     auto products = [&](auto aktag) {
       using AkTag = decltype(aktag);
+      // RING: this thread's quarter of a lane's fragments (row block bI, lane bl, half) into the
+      // ring's slot of channel block kb.
+      const int slot = tid & 127, half = tid >> 7;  // NTH = 256: two threads a (row block, lane)
+      const int bI = slot >> 5, bl = slot & 31;
+      [[maybe_unused]] uint4* ring = reinterpret_cast<uint4*>(&s.T[0][0]);  // [buf][I][term][lane]
+      [[maybe_unused]] auto build = [&](int kb) {
+        uint32_t xT[NT][2], xM[NTM][2];
+        afrag(AkTag{}, bI, kb, bl >> 2, bl & 3, half, xT, xM);
+        uint2* dst = reinterpret_cast<uint2*>(ring + ((kb & 1) * 4 + bI) * NTA * 32 + bl) + half;
+#pragma unroll
+        for (int i = 0; i < NT; ++i) dst[2 * 32 * i] = make_uint2(xT[i][0], xT[i][1]);
+#pragma unroll
+        for (int i = 0; i < NTM; ++i) dst[2 * 32 * (NT + i)] = make_uint2(xM[i][0], xM[i][1]);
+      };
       if constexpr (RING) {
         static_assert(NW == 8, "prep_kernel: the A-fragment ring takes eight warps");
-        uint4* ring = reinterpret_cast<uint4*>(&s.T[0][0]);  // [buf][I][term][lane]
-        const int slot = tid & 127, half = tid >> 7;  // NTH = 256: two threads a (row block, lane)
-        const int bI = slot >> 5, bl = slot & 31;
-        auto build = [&](int kb) {
-          uint32_t xT[NT][2], xM[NTM][2];
-          afrag(AkTag{}, bI, kb, bl >> 2, bl & 3, half, xT, xM);
-          uint2* dst = reinterpret_cast<uint2*>(ring + ((kb & 1) * 4 + bI) * NTA * 32 + bl) + half;
-#pragma unroll
-          for (int i = 0; i < NT; ++i) dst[2 * 32 * i] = make_uint2(xT[i][0], xT[i][1]);
-#pragma unroll
-          for (int i = 0; i < NTM; ++i) dst[2 * 32 * (NT + i)] = make_uint2(xM[i][0], xM[i][1]);
-        };
         build(0);
         __syncthreads();
-        for (int kb = 0; kb < K / 16; ++kb) {
+      }
+      for (int kb = 0; kb < K / 16; ++kb) {
+        if constexpr (RING)
           if (kb + 1 < K / 16) build(kb + 1);
-          uint32_t aT[NT * 4], aM[NTM * 4];
-          int prevI = -1;
+        uint32_t aT[NT * 4], aM[NTM * 4];
+        int prevI = -1;
 #pragma unroll
-          for (int it = 0; it < NI; ++it) {
-            int I, nt;
-            if (!tm_item<NW>(warp, it, I, nt)) continue;
-            if (I != prevI) {
-              prevI = I;
+        for (int it = 0; it < NI; ++it) {
+          int I, nt;
+          if (!tm_item<NW>(warp, it, I, nt)) continue;
+          if (I != prevI) {
+            prevI = I;
+            if constexpr (RING) {  // from the ring
               const uint4* src = ring + ((kb & 1) * 4 + I) * NTA * 32 + lane;
 #pragma unroll
               for (int i = 0; i < NTA; ++i) {
@@ -473,37 +478,24 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
                 uint32_t* d = i < NT ? &aT[4 * i] : &aM[4 * (i - NT)];
                 d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
               }
-            }
-            item_products(it, I, nt, kb, aT, aM);
-          }
-          __syncthreads();  // channel block kb + 1 built, kb's fragments read
-        }
-      } else {
-        for (int kb = 0; kb < K / 16; ++kb) {
-          uint32_t aT[NT * 4], aM[NTM * 4];
-          int prevI = -1;
+            } else {  // this lane's own, both halves
 #pragma unroll
-          for (int it = 0; it < NI; ++it) {
-            int I, nt;
-            if (!tm_item<NW>(warp, it, I, nt)) continue;
-            if (I != prevI) {
-              prevI = I;
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
+              for (int hf = 0; hf < 2; ++hf) {
                 uint32_t xT[NT][2], xM[NTM][2];
-                afrag(AkTag{}, I, kb, g, t, half, xT, xM);
+                afrag(AkTag{}, I, kb, g, t, hf, xT, xM);
 #pragma unroll
                 for (int rr = 0; rr < 2; ++rr) {
 #pragma unroll
-                  for (int i = 0; i < NT; ++i) aT[4 * i + 2 * half + rr] = xT[i][rr];
+                  for (int i = 0; i < NT; ++i) aT[4 * i + 2 * hf + rr] = xT[i][rr];
 #pragma unroll
-                  for (int i = 0; i < NTM; ++i) aM[4 * i + 2 * half + rr] = xM[i][rr];
+                  for (int i = 0; i < NTM; ++i) aM[4 * i + 2 * hf + rr] = xM[i][rr];
                 }
               }
             }
-            item_products(it, I, nt, kb, aT, aM);
           }
+          item_products(it, I, nt, kb, aT, aM);
         }
+        if constexpr (RING) __syncthreads();  // channel block kb + 1 built, kb's fragments read
       }
     };
     if (!qed) products(std::integral_constant<int, kAkPlain>{});
