@@ -42,8 +42,8 @@ struct alignas(16) PrepSmem {
   uint8_t ulist[4][K];
 };
 
-// Which erase vector a phase forms (Ctx::aval_k): b k (every variant but QED), QED's full arm, or
-// any other QED arm (chosen per element from the arm, as aval does).
+// Which erase vector a phase forms (Ctx::aval_k, chosen by Ctx::by_akind): b k (every variant but
+// QED), QED's full arm, or any other QED arm (rand's m from r, the others' from q).
 enum : int { kAkPlain = 0, kAkFull = 1, kAkOther = 2 };
 
 template <class InT, int K>
@@ -54,31 +54,35 @@ struct Ctx {
   __device__ float kf(int r, int c) const { return to_f(s.u.in.k[r][c]); }
   __device__ float qf(int r, int c) const { return to_f(s.u.in.q[r][c]); }
   __device__ float bf(int r, int c) const { return to_f(s.u.in.b[r][c]); }
-  __device__ float mval(int r, int c) const {
-    if (arm == kArmFull) return bf(r, c) * qf(r, c);
-    if (arm == kArmRand) return bf(r, c) * s.r[c];
-    return qf(r, c);
-  }
-  // Erase vector a_rc = b k + lambda (m - (k.m)/(k.k) k)  (MATH.md §2).
-  __device__ float aval(int r, int c) const {
-    const float kk = kf(r, c), bb = bf(r, c);
-    if (variant != kQed) return bb * kk;
-    return fmaf(bb, kk, fmaf(lam, mval(r, c), -s.coef[r] * kk));
-  }
-  // The same value from already loaded k, b, q, with the variant and arm decided once per phase
-  // (AK) and the row's coefficient passed in a register, for the hot loops of T/M and Ã: the same
-  // operations in the same order as aval, so the same bits, without the per-element branches and
-  // shared loads of s.coef that made QED's A fragments cost about six times GDN-2's instructions
-  // (SASS of run 29).
+  // Erase vector a_rc = b k + lambda (m - (k.m)/(k.k) k) (MATH.md §2), m the arm's query-side
+  // vector (b q full, b r rand, q nogate and nogate_noproj), from already loaded k, b, q, the row's
+  // coefficient (k.m)/(k.k) in a register and the kind of vector fixed at compile time (AK, chosen
+  // once per phase by by_akind): no per-element branch on the variant and arm and no shared load
+  // of s.coef in the hot loops of T/M and Ã (as those were, QED's A fragments cost about six times
+  // GDN-2's instructions: SASS of run 29).
   template <int AK>
   __device__ float aval_k(float kk, float bb, float qq, float coef, int c) const {
     if constexpr (AK == kAkPlain) {
       return bb * kk;
     } else {
-      const float m =
-          AK == kAkFull ? bb * qq : (arm == kArmRand ? bb * s.r[c] : (arm == kArmFull ? bb * qq : qq));
+      const float m = AK == kAkFull ? bb * qq : (arm == kArmRand ? bb * s.r[c] : qq);
       return fmaf(bb, kk, fmaf(lam, m, -coef * kk));
     }
+  }
+  // f(kind) with the erase vector's kind of this block as a compile-time constant.
+  template <class F>
+  __device__ void by_akind(F&& f) const {
+    if (variant != kQed) f(std::integral_constant<int, kAkPlain>{});
+    else if (arm == kArmFull) f(std::integral_constant<int, kAkFull>{});
+    else f(std::integral_constant<int, kAkOther>{});
+  }
+  // The same value at element (r, c) of the staged tiles, the kind chosen here (the steep-channel
+  // fallback, off the hot paths).
+  __device__ float aval(int r, int c) const {
+    const float kk = kf(r, c), bb = bf(r, c);
+    if (variant != kQed) return aval_k<kAkPlain>(kk, bb, 0.f, 0.f, c);
+    if (arm == kArmFull) return aval_k<kAkFull>(kk, bb, qf(r, c), s.coef[r], c);
+    return aval_k<kAkOther>(kk, bb, qf(r, c), s.coef[r], c);
   }
   // Channels c, c+1 (c even) of row r: k, b, q by one 32-bit (bf16) or 64-bit (fp32) load each.
   __device__ void pair(int r, int c, float (&k2)[2], float (&b2)[2], float (&q2)[2]) const {
@@ -258,7 +262,7 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
   // then two shuffles, so the order is the same for any block width and any item placement. The
   // arm is chosen once outside the channel loop, and each channel pair's k (and b, q where the arm
   // reads them) comes by one 32-bit (bf16) or 64-bit (fp32) shared load: the same products and
-  // sums as mval() per element. NI items per thread go side by side (independent chains); every
+  // sums as aval_k's m per element. NI items per thread go side by side (independent chains); every
   // lane of the warp takes part (the shuffles).
   const bool projected = qed && (A.arm == kArmFull || A.arm == kArmNogate || A.arm == kArmRand);
   auto proj_sums = [&](auto nitag, int i0) {
@@ -498,9 +502,7 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
         if constexpr (RING) __syncthreads();  // channel block kb + 1 built, kb's fragments read
       }
     };
-    if (!qed) products(std::integral_constant<int, kAkPlain>{});
-    else if (A.arm == kArmFull) products(std::integral_constant<int, kAkFull>{});
-    else products(std::integral_constant<int, kAkOther>{});
+    X.by_akind(products);
 #pragma unroll
     for (int it = 0; it < NI; ++it) {
       int I, nt;
@@ -774,9 +776,7 @@ __device__ __forceinline__ void prep_item(const Args& A, int64_t grid_chunks, in
         }
       }
     };
-    if (!qed) atilde(std::integral_constant<int, kAkPlain>{});
-    else if (A.arm == kArmFull) atilde(std::integral_constant<int, kAkFull>{});
-    else atilde(std::integral_constant<int, kAkOther>{});
+    X.by_akind(atilde);
   }
   __syncthreads();
   if (A.prep_stop == 6) return;
