@@ -807,9 +807,6 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
 
     // 3c. §6.2 on tensor cores. Lane element (hr, q, e): row r = 16I + g + 8hr, slab channel
     // c = 16hh + 8q + 2t + e (accumulator entry 2hr + e of n-tile q).
-    auto mval = [&](int r, int c) {
-      return arm_m(af, __bfloat162float(bsl[r * QP + c]), __bfloat162float(qsl[r * QP + c]), rsm[cb + c]);
-    };
     auto aval = [&](int r, int c) { return As[r * GP + c]; };  // erase vector a, from 3a
     const uint32_t stI = steep[I];
     float aB[NQ][4], qB[NQ][4], kB[NQ][4];  // ā°, q̄°, k̄° (diagonal M̄ terms left out)
@@ -921,6 +918,9 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
     // 3d. ā, q̄, k̄; Ḡ' and K̂⊙K̂̄ for the decay gradient; the §5.2 VJP where it needs no sum over
     // channels (every variant but QED), per-token partial sums where it does.
     float rA[NQ][4], rB[NQ][4];  // per-element terms of this slab's per-token sums
+    // QED: the projection coefficient of this thread's two rows (16I + g, 16I + g + 8), read once
+    float cfr[2] = {0.f, 0.f};
+    if (qed) cfr[0] = coef[16 * I + g], cfr[1] = coef[16 * I + g + 8];
     float* const drs = A.dr_tok + item(0) * K + cb;  // QED rand: row r, channel cb + c at r H K + c
 #pragma unroll
     for (int q = 0; q < NQ; ++q)
@@ -947,15 +947,15 @@ __global__ void __launch_bounds__(W * 32, 1) grads_kernel(const GradArgs G) {
           // dr as m̄ b (rand): selects, not branches, keep the unrolled code small
           // (arm factors, no branches: full ? b : (rand ? 0 : 1) is xf b + xn, full ? q : r is
           // xf q + r with r zero outside rand)
-          const float la = lam * ab, rr = rsm[cb + c];
+          const float la = lam * ab, rr = rsm[cb + c], f = cfr[e >> 1];
           float pk = fmaf(ab, bb, kfull);
-          if (A.mutant != kMutantNoProjGrad) pk = fmaf(-lam * coef[r], ab, pk);  // -λ f ā
+          if (A.mutant != kMutantNoProjGrad) pk = fmaf(-lam * f, ab, pk);  // -λ f ā
           ot[0] = fmaf(la, fmaf(af.xf, bb, af.xn), qfull);
           ot[OTS] = pk;
           ot[2 * OTS] = fmaf(la, fmaf(af.xf, qq, rr), ab * kk);
           if (rand_arm) drs[r * A.H * K + c] = la * bb;
-          rA[q][e] = kk * ab;                           // e = k.ā
-          rB[q][e] = ab * (mval(r, c) - coef[r] * kk);  // dlambda
+          rA[q][e] = kk * ab;                                   // e = k.ā
+          rB[q][e] = ab * (arm_m(af, bb, qq, rr) - f * kk);  // dlambda
         } else {
           ot[0] = qfull;
           ot[OTS] = fmaf(ab, bb, kfull);
