@@ -18,6 +18,10 @@
 # importable). Outputs under $OUT: timing.log, test_gpu_*.log, certify.log and
 # certs.tar (the certificates and journals, re-tarred every 20 s so that a call cut by its time
 # limit still returns what was measured: certify resumes from them with the same kernels).
+# The device returns at most 8 files from $OUT, so at the end this script's logs (gpu.txt,
+# timing.log, pip.log, tests.rc, test_gpu_*.log, certify.log) go into one logs.tgz beside
+# certs.tar (PACK_BUNDLE=0 leaves them loose); a caller that adds files of its own under $OUT
+# should bundle those too.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -104,4 +108,8 @@ for shape, case in sorted({(a, b) for a, b, _ in runs}):
     cells = [" / ".join(runs[(shape, case, s)]) or "-" for s in "nop"]
     print(f"| {shape} | {case} | {' | '.join(cells)} |")
 PY
+fi
+if [[ ${PACK_BUNDLE:-1} != 0 ]]; then  # this script's own files only (a caller may be writing others)
+  (cd "$OUT" && ls gpu.txt timing.log pip.log tests.rc test_gpu_*.log certify.log 2>/dev/null >"$W/bundle.list"
+    [[ -s $W/bundle.list ]] && tar -czf logs.tgz -T "$W/bundle.list" && xargs -a "$W/bundle.list" rm -f)
 fi
