@@ -10,6 +10,7 @@
 
 #include "cli/verbs.hpp"
 #include "fixtures/case.hpp"
+#include "reference/oracle.hpp"
 #include "verify/verdict.hpp"
 
 namespace qed::cli {
@@ -86,7 +87,7 @@ const RegisterVerb register_verify(30, [](CLI::App& app, Action& action) {
   sub->add_option("--json", opt->json, "write the verdict as JSON (schema qedcheck.verdict/1)");
   sub->add_option("--digits", opt->digits, "oracle: certified digits when recomputing")
       ->capture_default_str()
-      ->check(CLI::Range(8.0, 1000.0));
+      ->check(CLI::Range(8.0, reference::kMaxCertifiedDigits));
   sub->add_option("--cap-bits", opt->cap_bits, "oracle: highest mpfr precision to try")
       ->capture_default_str()
       ->check(CLI::Range(64, 1 << 20));

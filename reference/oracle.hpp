@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "reference/error.hpp"
 #include "reference/scalar.hpp"
 
 namespace qed::reference {
@@ -65,6 +66,9 @@ struct OracleReport {
 };
 
 // Digits of double-double storage: relative rounding 2^-106 per element.
+// The most any dataset can be certified to (storage_digits of an exact value: 31.909), rounded
+// down: auto mode refuses to aim higher, which it could never reach.
+inline constexpr double kMaxCertifiedDigits = 31.9;
 inline double storage_digits(double certified) {
   const double dd = std::ldexp(1.0, -106);
   return -std::log10(std::pow(10.0, -certified) + dd);
@@ -161,15 +165,38 @@ inline OracleReport evaluate_fixed(const Compute& compute, const Precision& p) {
 // Auto mode: start near the target, compare with a precision at least 64 bits (and 50%) higher,
 // and raise the pair until every dataset has at least `target_digits` certified digits or the
 // next precision would pass `cap_bits`.
+// The cap bounds every precision computed, the first pair's included: a cap below the first
+// check precision is refused (qed::Error) before anything is computed.
+inline int auto_start_bits(double target_digits) {
+  return static_cast<int>(std::ceil(target_digits / 0.30102999566398120)) + 40;
+}
+inline int auto_check_bits(int bits) { return std::max(bits + 64, bits * 3 / 2); }
+
 inline OracleReport evaluate_auto(const Compute& compute, double target_digits,
                                   int cap_bits = 4096) {
   auto t0 = std::chrono::steady_clock::now();
-  Precision lo = Precision::mpfr(static_cast<int>(std::ceil(target_digits / 0.30102999566398120)) + 40);
+  if (!(target_digits >= 1 && target_digits <= kMaxCertifiedDigits)) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "auto mode: %g digits asked (rule: 1 to %.1f digits; results are stored as "
+                  "double-double, 106 bits)",
+                  target_digits, kMaxCertifiedDigits);
+    throw qed::Error(buf);
+  }
+  Precision lo = Precision::mpfr(auto_start_bits(target_digits));
+  if (auto_check_bits(lo.bits) > cap_bits) {
+    char buf[240];
+    std::snprintf(buf, sizeof buf,
+                  "--cap-bits %d: certifying %g digits starts at mpfr:%d checked against mpfr:%d "
+                  "(rule: the precision cap is at least auto mode's first check precision)",
+                  cap_bits, target_digits, lo.bits, auto_check_bits(lo.bits));
+    throw qed::Error(buf);
+  }
   Named lo_val = compute(lo);
   OracleReport rep;
   int escalations = 0;
   for (;;) {
-    Precision hi = Precision::mpfr(std::max(lo.bits + 64, lo.bits * 3 / 2));
+    Precision hi = Precision::mpfr(auto_check_bits(lo.bits));
     Named hi_val = compute(hi);
     // The reported values are the higher-precision ones; their digits are certified by the
     // agreement with the lower precision, which cannot exceed what the lower one resolves.
@@ -180,7 +207,7 @@ inline OracleReport evaluate_auto(const Compute& compute, double target_digits,
       worst = std::min(worst, d.digits);
     }
     if (rep.datasets.empty() || worst >= target_digits) break;
-    if (std::max(hi.bits + 64, hi.bits * 3 / 2) > cap_bits) {
+    if (auto_check_bits(hi.bits) > cap_bits) {
       rep.target_met = false;
       char buf[160];
       std::snprintf(buf, sizeof buf,

@@ -89,8 +89,10 @@ PrecisionChoice parse_precision_choice(const std::string& s) {
     const std::string num = s.substr(5);
     char* end = nullptr;
     double d = std::strtod(num.c_str(), &end);
-    if (num.empty() || *end != '\0' || !(d >= 1 && d <= 1000))
-      throw qed::Error("precision '" + s + "': auto:DIGITS needs DIGITS in [1, 1000]");
+    if (num.empty() || *end != '\0' || !(d >= 1 && d <= reference::kMaxCertifiedDigits))
+      throw qed::Error("precision '" + s +
+                       "': auto:DIGITS needs DIGITS in [1, 31.9] (rule: results are stored as "
+                       "double-double, 106 bits)");
     pc.automatic = true;
     pc.target_digits = d;
     return pc;
