@@ -39,6 +39,7 @@ Judgement judge_safely(const fixtures::Case& c, const ImplSpec& spec, const Judg
   try {
     return judge_case(c, spec, opt);
   } catch (const std::exception& e) {
+    if (is_no_device(e)) throw;
     Judgement j;
     j.outcome = Outcome::fail;
     j.score = std::numeric_limits<double>::infinity();

@@ -5,6 +5,8 @@
 // (overflow to Inf/NaN in that precision) is skipped, with the reason, rather than judged.
 #pragma once
 
+#include <exception>
+
 #include <string>
 #include <vector>
 
@@ -37,7 +39,11 @@ struct JudgeOptions {
   int threads = 1;
 };
 
+// Runs the implementation on c and judges it. An implementation that finds no CUDA device is
+// not judged: that error propagates (is_no_device), so that a campaign or replay stops with it
+// (exit 2) instead of saving a counterexample.
 Judgement judge_case(const fixtures::Case& c, const ImplSpec& spec, const JudgeOptions& opt);
+bool is_no_device(const std::exception& e);
 
 // Whether a failure is clear rather than rounding noise at the edge of the bound: some dataset
 // scores above `threshold`, not counting a dataset whose oracle value is exactly zero everywhere

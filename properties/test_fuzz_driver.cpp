@@ -13,6 +13,9 @@
 #include "fuzz/case_edit.hpp"
 #include "fuzz/mutants.hpp"
 #include "reference/recurrent.hpp"
+#ifdef QEDCHECK_HAVE_CUDA
+#include "kernels/api.hpp"
+#endif
 
 using namespace qed;
 using namespace qed::fuzz;
@@ -238,4 +241,31 @@ TEST(FuzzCorpus, HashNamesNeverOverwrite) {
   EXPECT_NE(c.path, a.path);
   EXPECT_EQ(corpus_files(dir).size(), 2u);
   fs::remove_all(dir);
+}
+
+// Without a CUDA device a kernel's campaign stops at once with the device error (exit 2 from the
+// command line) instead of judging the error a failure, shrinking it and saving a counterexample
+// (which, run from the repository root, would land in the committed corpus).
+TEST(FuzzDriver, NoDeviceStopsTheCampaignAndSavesNothing) {
+#ifdef QEDCHECK_HAVE_CUDA
+  if (kernels::device_status().ok()) GTEST_SKIP() << "a CUDA device is present: nothing to check here";
+  CampaignOptions opt;
+  opt.spec = spec("cuda-chunked", "float");
+  opt.spec.run.dtype = "fp32";
+  opt.seed = 1;
+  opt.seconds = 30;
+  opt.max_configs = 10;
+  opt.corpus_dir = temp_dir("nodevice");
+  opt.log = nullptr;
+  try {
+    (void)run_campaign(opt);
+    ADD_FAILURE() << "the campaign ran without a device";
+  } catch (const qed::Error& e) {
+    EXPECT_TRUE(is_no_device(e)) << e.what();
+  }
+  EXPECT_TRUE(corpus_files(opt.corpus_dir).empty());
+  fs::remove_all(opt.corpus_dir);
+#else
+  GTEST_SKIP() << "CUDA kernels are not built here";
+#endif
 }
