@@ -228,6 +228,18 @@ std::map<std::string, Maker> makers() {
   m["tolerance_typo.json"] = [](const fs::path& d, const std::string& n) {
     write_bytes(d / n, R"({"schema": "qedcheck.tolerance/1", "datasets": {"o": {"rtol_frobenius": 1e-6, "atol": 1e-5}}})");
   };
+  m["unstable_long.h5"] = [](const fs::path& d, const std::string& n) {  // state past float64
+    fixtures::GenSpec s;
+    s.variant = reference::Variant::qed;
+    s.arm = reference::Arm::nogate_noproj;
+    s.lambda = 10;
+    s.regime = fixtures::Regime::hard;
+    s.dims = {1, 600, 1, 4, 4};
+    s.seed = 2;
+    fixtures::Case c;
+    c.inputs = fixtures::generate(s);
+    fixtures::write_case((d / n).string(), c);
+  };
   m["existing.h5"] = good;  // an output that is already there
   m["nan_in_output.h5"] = [](const fs::path& d, const std::string& n) {
     fixtures::Case c = verify::run_implementation(good_case(), verify::RunOptions{});

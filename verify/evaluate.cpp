@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "fixtures/case_rules.hpp"
 #include "reference/recurrent.hpp"
 
 namespace qed::verify {
@@ -65,6 +66,12 @@ void store_results(const OracleReport& rep, fixtures::Case& c) {
     const std::string key = d.name.substr(d.name.find('/') + 1);
     fixtures::Dataset ds;
     ds.shape = result_shape(c, d.name);
+    // A result past the float64 range (an unstable case grown too long: MATH.md §8.3) has no
+    // digits to certify: refused, never written as inf or NaN with a digit count.
+    const std::string rule = "the oracle's results are finite in float64; this case's state or "
+                             "gradients leave that range";
+    fixtures::rules::check_finite(c.path.empty() ? "oracle" : c.path, "/" + d.name, d.hi, ds.shape, rule);
+    if (rep.precision.bits > 53) fixtures::rules::check_finite(c.path.empty() ? "oracle" : c.path, "/" + d.name + "_lo", d.lo, ds.shape, rule);
     ds.data = d.hi;
     if (rep.precision.bits > 53) ds.lo = d.lo;
     ds.digits = d.digits;
