@@ -22,6 +22,7 @@ struct VerifyCli {
   CLI::Option* rtol_given = nullptr;
   CLI::Option* atol_given = nullptr;
   int cap_bits = 4096, threads = 0;
+  int64_t chunk = 0;
   bool no_golden = false;
 };
 
@@ -45,6 +46,7 @@ int run_verify(const VerifyCli& opt) {
     vo.digits = opt.digits;
     vo.cap_bits = opt.cap_bits;
     vo.threads = opt.threads;
+    vo.chunk = opt.chunk;
     vo.golden_dir = opt.no_golden ? "" : (opt.golden.empty() ? default_golden_dir() : opt.golden);
     if (!opt.tolerance_file.empty()) vo.tolerance = verify::read_tolerance_file(opt.tolerance_file);
     if (has_rtol)
@@ -94,6 +96,11 @@ const RegisterVerb register_verify(30, [](CLI::App& app, Action& action) {
   sub->add_option("--golden", opt->golden, "golden corpus folder (default: fixtures/golden of the "
                                            "source tree, or $QEDCHECK_GOLDEN)");
   sub->add_flag("--no-golden", opt->no_golden, "always recompute the oracle");
+  sub->add_option("--chunk", opt->chunk,
+                  "the candidate's chunk size, if chunked: adds a chunked twin with that chunk to "
+                  "the default ones (64, 32, 16, 8), so that a longer chunk's summation order is "
+                  "judged against its own rounding")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   sub->add_option("--threads", opt->threads, "worker threads (0: all cores)")->check(CLI::Range(0, 4096));
   sub->callback([opt, &action] { action = [opt] { return run_verify(*opt); }; });
 });

@@ -13,6 +13,7 @@
 #include "reference/rounding.hpp"
 #include "verify/compare.hpp"
 #include "verify/implementations.hpp"
+#include "verify/tolerance.hpp"
 
 using namespace qed;
 using namespace qed::verify_test;
@@ -246,4 +247,35 @@ TEST(VerifyCli, OutputsOnlyCandidateAndHelpStateTheRule) {
   r = qedcheck(s, "verify --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("twin rule: per dataset"), std::string::npos) << r.out;
+}
+
+// A correct chunked implementation whose chunk is longer than the default twins' (128 against 64,
+// 32, 16, 8) sums in an order none of them samples; `--chunk 128` adds that order's twin, and the
+// verdict then passes (the candidate's error is that twin's) and lists the added twin.
+TEST(VerifyCli, ChunkOptionAddsTheCandidatesOwnChunkTwin) {
+  Scratch s;
+  fixtures::GenSpec spec;
+  spec.variant = reference::Variant::gdn2;
+  spec.dims = {1, 128, 2, 8, 8};
+  spec.seed = 3;
+  spec.with_h0 = true;
+  fixtures::Case base;
+  base.inputs = fixtures::generate(spec);
+  base.cotangents = fixtures::generate_cotangents(base.inputs, spec.seed, true);
+  verify::RunOptions o;
+  o.impl = "reference-chunked";
+  o.precision = reference::Precision::f64();
+  o.chunk = 128;
+  fixtures::write_case(s.path("c128.h5"), verify::run_implementation(base, o));
+  const CliResult r = qedcheck(s, "verify " + quote(s.path("c128.h5")) + " --no-golden --chunk 128 --json " +
+                                      quote(s.path("v.json")));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  const nlohmann::json v = read_json(s.path("v.json"));
+  const auto& twins = v.at("tolerance").at("twins");
+  bool has128 = false;
+  for (const auto& t : twins) has128 = has128 || t.get<std::string>().find("C=128") != std::string::npos;
+  EXPECT_TRUE(has128) << twins.dump();
+  // Without the option the plan is the default one (no C=128 twin).
+  const std::string plan = verify::twin_plan_text("float64");
+  EXPECT_EQ(plan.find("C=128"), std::string::npos) << plan;
 }

@@ -128,7 +128,7 @@ ToleranceSpec read_tolerance_file(const std::string& path) {
   return parse_tolerance(ss.str(), path);
 }
 
-TwinPlan twin_plan(const std::string& dtype) {
+TwinPlan twin_plan(const std::string& dtype, int64_t candidate_chunk) {
   (void)unit_roundoff(dtype);  // rejects unknown dtypes
   const auto names = implementation_names();
   const bool have_chunked =
@@ -146,7 +146,10 @@ TwinPlan twin_plan(const std::string& dtype) {
   const auto prec = f64 ? reference::Precision::f64() : reference::Precision::f32();
   add("reference-recurrent", prec, "none");
   auto add_chunked = [&](const std::string& operands) {
-    for (const int64_t c : kTwinChunks) {
+    std::vector<int64_t> chunks(std::begin(kTwinChunks), std::end(kTwinChunks));
+    if (candidate_chunk > 0 && std::find(chunks.begin(), chunks.end(), candidate_chunk) == chunks.end())
+      chunks.push_back(candidate_chunk);
+    for (const int64_t c : chunks) {
       add("reference-chunked", prec, operands);
       p.runs.back().chunk = c;
       p.labels.back() += " C=" + std::to_string(c);

@@ -82,7 +82,11 @@ struct TwinPlan {
   bool provisional = false;         // the matching low-precision twin is not built yet
   std::string note;                 // why provisional
 };
-TwinPlan twin_plan(const std::string& dtype);
+// candidate_chunk > 0 (the candidate's own chunk size, where known) adds a chunked twin with that
+// chunk when it is none of kTwinChunks: a kernel with a longer chunk sums in an order the default
+// twins do not sample (a correct chunk-128 implementation in double scores about 2.5 against
+// them) and is judged against its own order's rounding instead.
+TwinPlan twin_plan(const std::string& dtype, int64_t candidate_chunk = 0);
 std::string twin_plan_text(const std::string& dtype);  // one line, for --help and verdicts
 
 // Twin error of one dataset, maximised over the twins of a plan.

@@ -153,7 +153,7 @@ Verdict verify_candidate(const fixtures::Case& cand, const VerifyOptions& opt) {
     v.datasets.push_back(std::move(d));
   }
 
-  v.twins = twin_plan(cand.dtype);
+  v.twins = twin_plan(cand.dtype, opt.chunk);
   v.tolerance_file = opt.tolerance.file;
   if (need_twins) {
     const auto tt = Clock::now();

@@ -40,6 +40,7 @@ struct VerifyOptions {
   int cap_bits = 4096;
   std::string golden_dir;    // corpus to look the inputs up in; empty: always recompute
   int threads = 0;
+  int64_t chunk = 0;         // the candidate's chunk size, where given: one more chunked twin
 };
 
 struct DatasetVerdict {
