@@ -275,6 +275,19 @@ TEST(VerifyCli, ChunkOptionAddsTheCandidatesOwnChunkTwin) {
   bool has128 = false;
   for (const auto& t : twins) has128 = has128 || t.get<std::string>().find("C=128") != std::string::npos;
   EXPECT_TRUE(has128) << twins.dump();
+  // A candidate that leaves results out passes on what it holds, and says what was not judged.
+  fixtures::Case part = verify::run_implementation(base, o);
+  part.outputs.erase("ht");
+  part.grads.erase("dh0");
+  fixtures::write_case(s.path("part.h5"), part);
+  const CliResult rp = qedcheck(s, "verify " + quote(s.path("part.h5")) + " --no-golden --chunk 128 --json " +
+                                       quote(s.path("vp.json")));
+  EXPECT_EQ(rp.code, 0) << rp.out << rp.err;
+  const nlohmann::json vp = read_json(s.path("vp.json"));
+  bool said = false;
+  for (const auto& w : vp.at("candidate").at("warnings"))
+    said = said || w.get<std::string>() == "not judged, absent from the candidate: outputs/ht, grads/dh0";
+  EXPECT_TRUE(said) << vp.at("candidate").at("warnings").dump();
   // Without the option the plan is the default one (no C=128 twin).
   const std::string plan = verify::twin_plan_text("float64");
   EXPECT_EQ(plan.find("C=128"), std::string::npos) << plan;

@@ -101,6 +101,13 @@ Verdict verify_candidate(const fixtures::Case& cand, const VerifyOptions& opt) {
   v.input_hash = input_hash(cand);
   const std::vector<std::string> names = candidate_results(cand, where);
   if (std::string w = unrepresentable_input(cand); !w.empty()) v.warnings.push_back(w);
+  {  // what the case asks for (grads when it has cotangents) and the candidate does not hold
+    std::vector<std::string> absent;
+    for (const auto& n : result_names(cand))
+      if (std::find(names.begin(), names.end(), n) == names.end()) absent.push_back(n);
+    if (!absent.empty())
+      v.warnings.push_back(fmt::format("not judged, absent from the candidate: {}", fmt::join(absent, ", ")));
+  }
 
   // What the reference is computed on: the inputs, with cotangents only when grads are judged.
   fixtures::Case problem = cand;
