@@ -39,11 +39,11 @@ int run_reference(const ReferenceOptions& opt) {
   fixtures::write_case(opt.output, c);
 
   const auto& d = c.inputs.dims;
-  fmt::print("case      {}  ({} {}{}, B={} T={} H={} K={} V={}, N={})\n", opt.input,
-             reference::to_string(c.inputs.variant),
-             c.inputs.variant == reference::Variant::qed ? "arm " : "",
-             c.inputs.variant == reference::Variant::qed ? reference::to_string(c.inputs.arm) : "",
-             d.B, d.T, d.H, d.K, d.V, c.inputs.num_sequences());
+  const bool qed = c.inputs.variant == reference::Variant::qed;
+  fmt::print("case      {}  ({}{}{}, B={} T={} H={} K={} V={}, N={})\n", opt.input,
+             reference::to_string(c.inputs.variant), qed ? " arm " : "",
+             qed ? reference::to_string(c.inputs.arm) : "", d.B, d.T, d.H, d.K, d.V,
+             c.inputs.num_sequences());
   fmt::print("precision {} checked against {} ({}, {:.2f} s)\n", rep.precision.name(),
              rep.check.name(), choice.text(), rep.seconds);
   fmt::print("{:<16} {:<16} {:>9} {:>12}\n", "dataset", "shape", "digits", "max|value|");
