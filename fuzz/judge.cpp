@@ -140,7 +140,7 @@ Judgement judge_case(const fixtures::Case& c, const ImplSpec& spec, const JudgeO
     return skip(fmt::format("overflow where the exact values pass the square root of the {} range: up to {:.3g}",
                             oracle_precision(spec).kind == reference::ScalarKind::f64 ? "float" : "double", ref_max));
   if (need_twins) {
-    const verify::TwinPlan plan = verify::twin_plan(c.dtype);
+    const verify::TwinPlan plan = verify::twin_plan(c.dtype, 0, verify::longest_sequence(c.inputs));
     std::vector<verify::TwinError> err(j.datasets.size());
     for (size_t r = 0; r < plan.runs.size(); ++r) {
       fixtures::Case twin;

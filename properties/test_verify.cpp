@@ -250,6 +250,30 @@ TEST(VerifyTolerance, TwinPlanPerDtype) {
     EXPECT_EQ(b.runs.back().operands, "bf16");
     EXPECT_EQ(twin_plan("float16").labels.back(), "reference-chunked@float+fp16 C=8");
   }
+  if (chunked) {
+    // Short sequences: chunks of at least their length are one computation, so the list goes on
+    // with 4, 2, 1 to four distinct orders; 64 tokens or more keep the default list; the
+    // candidate's own chunk counts by its effective length.
+    auto chunks = [](const TwinPlan& p) {
+      std::vector<int64_t> c;
+      for (size_t i = 1; i < p.runs.size(); ++i) c.push_back(p.runs[i].chunk);
+      return c;
+    };
+    EXPECT_EQ(chunks(twin_plan("float64", 0, 5)), (std::vector<int64_t>{5, 4, 2, 1}));
+    EXPECT_EQ(chunks(twin_plan("float64", 0, 18)), (std::vector<int64_t>{18, 16, 8, 4}));
+    EXPECT_EQ(chunks(twin_plan("float64", 0, 1)), (std::vector<int64_t>{1}));
+    EXPECT_EQ(chunks(twin_plan("float64", 0, 64)), (std::vector<int64_t>{64, 32, 16, 8}));
+    EXPECT_EQ(chunks(twin_plan("float64", 0, 5000)), (std::vector<int64_t>{64, 32, 16, 8}));
+    EXPECT_EQ(chunks(twin_plan("float64", 128, 5000)), (std::vector<int64_t>{64, 32, 16, 8, 128}));
+    EXPECT_EQ(chunks(twin_plan("float64", 128, 100)), (std::vector<int64_t>{64, 32, 16, 8, 100}));
+    EXPECT_EQ(chunks(twin_plan("float64", 7, 5)), (std::vector<int64_t>{5, 4, 2, 1}));
+    EXPECT_EQ(twin_plan("float64", 0, 5).labels.back(), "reference-chunked@double C=1");
+  }
+  reference::Inputs<double> in;
+  in.dims.T = 12;
+  EXPECT_EQ(longest_sequence(in), 12);
+  in.cu_seqlens = {0, 3, 3, 10, 12};
+  EXPECT_EQ(longest_sequence(in), 7);
   EXPECT_THROW(twin_plan("float8"), qed::Error);
   EXPECT_EQ(unit_roundoff("bfloat16"), std::ldexp(1.0, -8));
   EXPECT_EQ(unit_roundoff("float16"), std::ldexp(1.0, -11));

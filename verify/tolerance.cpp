@@ -128,7 +128,7 @@ ToleranceSpec read_tolerance_file(const std::string& path) {
   return parse_tolerance(ss.str(), path);
 }
 
-TwinPlan twin_plan(const std::string& dtype, int64_t candidate_chunk) {
+TwinPlan twin_plan(const std::string& dtype, int64_t candidate_chunk, int64_t longest) {
   (void)unit_roundoff(dtype);  // rejects unknown dtypes
   const auto names = implementation_names();
   const bool have_chunked =
@@ -146,9 +146,20 @@ TwinPlan twin_plan(const std::string& dtype, int64_t candidate_chunk) {
   const auto prec = f64 ? reference::Precision::f64() : reference::Precision::f32();
   add("reference-recurrent", prec, "none");
   auto add_chunked = [&](const std::string& operands) {
-    std::vector<int64_t> chunks(std::begin(kTwinChunks), std::end(kTwinChunks));
-    if (candidate_chunk > 0 && std::find(chunks.begin(), chunks.end(), candidate_chunk) == chunks.end())
-      chunks.push_back(candidate_chunk);
+    std::vector<int64_t> chunks;
+    if (longest <= 0) {
+      chunks.assign(std::begin(kTwinChunks), std::end(kTwinChunks));
+    } else {
+      std::vector<int64_t> wanted(std::begin(kTwinChunks), std::end(kTwinChunks));
+      wanted.insert(wanted.end(), {4, 2, 1});
+      for (const int64_t c : wanted) {
+        const int64_t e = std::min(c, longest);
+        if (chunks.size() < std::size(kTwinChunks) && std::find(chunks.begin(), chunks.end(), e) == chunks.end())
+          chunks.push_back(e);
+      }
+    }
+    const int64_t own = longest > 0 ? std::min(candidate_chunk, longest) : candidate_chunk;
+    if (own > 0 && std::find(chunks.begin(), chunks.end(), own) == chunks.end()) chunks.push_back(own);
     for (const int64_t c : chunks) {
       add("reference-chunked", prec, operands);
       p.runs.back().chunk = c;
@@ -236,6 +247,13 @@ std::string twin_rule_text() {
       "exactly zero everywhere is judged by atol_max = {0:g} * max(e_max, u * S) alone, S the "
       "largest |ref| of its group (outputs or grads)",
       kTwinFactor, chunks);
+}
+
+int64_t longest_sequence(const reference::Inputs<double>& in) {
+  if (in.cu_seqlens.empty()) return in.dims.T;
+  int64_t m = 0;
+  for (size_t n = 0; n + 1 < in.cu_seqlens.size(); ++n) m = std::max(m, in.cu_seqlens[n + 1] - in.cu_seqlens[n]);
+  return m;
 }
 
 }  // namespace qed::verify

@@ -86,7 +86,14 @@ struct TwinPlan {
 // chunk when it is none of kTwinChunks: a kernel with a longer chunk sums in an order the default
 // twins do not sample (a correct chunk-128 implementation in double scores about 2.5 against
 // them) and is judged against its own order's rounding instead.
-TwinPlan twin_plan(const std::string& dtype, int64_t candidate_chunk = 0);
+//
+// longest > 0 (the case's longest sequence, where known): chunks of at least that length are one
+// and the same computation, so on short sequences the chunk list continues with 4, 2 and 1 until
+// it holds as many distinct effective chunks as kTwinChunks (T = 5: 5, 4, 2, 1 instead of one
+// order four times); sequences of 64 or more keep the list as it is.
+TwinPlan twin_plan(const std::string& dtype, int64_t candidate_chunk = 0, int64_t longest = 0);
+// The longest sequence of a case's inputs (T, or the longest cu_seqlens segment).
+int64_t longest_sequence(const reference::Inputs<double>& in);
 std::string twin_plan_text(const std::string& dtype);  // one line, for --help and verdicts
 
 // Twin error of one dataset, maximised over the twins of a plan.

@@ -160,7 +160,7 @@ Verdict verify_candidate(const fixtures::Case& cand, const VerifyOptions& opt) {
     v.datasets.push_back(std::move(d));
   }
 
-  v.twins = twin_plan(cand.dtype, opt.chunk);
+  v.twins = twin_plan(cand.dtype, opt.chunk, longest_sequence(cand.inputs));
   v.tolerance_file = opt.tolerance.file;
   if (need_twins) {
     const auto tt = Clock::now();
