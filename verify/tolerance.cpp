@@ -146,19 +146,14 @@ TwinPlan twin_plan(const std::string& dtype, int64_t candidate_chunk, int64_t lo
   const auto prec = f64 ? reference::Precision::f64() : reference::Precision::f32();
   add("reference-recurrent", prec, "none");
   auto add_chunked = [&](const std::string& operands) {
-    std::vector<int64_t> chunks;
-    if (longest <= 0) {
-      chunks.assign(std::begin(kTwinChunks), std::end(kTwinChunks));
-    } else {
-      std::vector<int64_t> wanted(std::begin(kTwinChunks), std::end(kTwinChunks));
-      wanted.insert(wanted.end(), {4, 2, 1});
-      for (const int64_t c : wanted) {
-        const int64_t e = std::min(c, longest);
-        if (chunks.size() < std::size(kTwinChunks) && std::find(chunks.begin(), chunks.end(), e) == chunks.end())
-          chunks.push_back(e);
-      }
-    }
-    const int64_t own = longest > 0 ? std::min(candidate_chunk, longest) : candidate_chunk;
+    // a chunk's effective length: at most the longest sequence, where that is known
+    auto eff = [&](int64_t c) { return longest > 0 ? std::min(c, longest) : c; };
+    std::vector<int64_t> wanted(std::begin(kTwinChunks), std::end(kTwinChunks)), chunks;
+    wanted.insert(wanted.end(), {4, 2, 1});
+    for (const int64_t c : wanted)
+      if (chunks.size() < std::size(kTwinChunks) && std::find(chunks.begin(), chunks.end(), eff(c)) == chunks.end())
+        chunks.push_back(eff(c));
+    const int64_t own = eff(candidate_chunk);
     if (own > 0 && std::find(chunks.begin(), chunks.end(), own) == chunks.end()) chunks.push_back(own);
     for (const int64_t c : chunks) {
       add("reference-chunked", prec, operands);
