@@ -266,7 +266,8 @@ TEST(VerifyCli, ChunkOptionAddsTheCandidatesOwnChunkTwin) {
   o.impl = "reference-chunked";
   o.precision = reference::Precision::f64();
   o.chunk = 128;
-  fixtures::write_case(s.path("c128.h5"), verify::run_implementation(base, o));
+  const fixtures::Case full = verify::run_implementation(base, o);
+  fixtures::write_case(s.path("c128.h5"), full);
   const CliResult r = qedcheck(s, "verify " + quote(s.path("c128.h5")) + " --no-golden --chunk 128 --json " +
                                       quote(s.path("v.json")));
   EXPECT_EQ(r.code, 0) << r.out << r.err;
@@ -276,7 +277,7 @@ TEST(VerifyCli, ChunkOptionAddsTheCandidatesOwnChunkTwin) {
   for (const auto& t : twins) has128 = has128 || t.get<std::string>().find("C=128") != std::string::npos;
   EXPECT_TRUE(has128) << twins.dump();
   // A candidate that leaves results out passes on what it holds, and says what was not judged.
-  fixtures::Case part = verify::run_implementation(base, o);
+  fixtures::Case part = full;
   part.outputs.erase("ht");
   part.grads.erase("dh0");
   fixtures::write_case(s.path("part.h5"), part);
