@@ -70,6 +70,22 @@ class Chunked:
         ts += [o, ht, cs, cu, None]
         return self._launcher(self.f, "chunked_forward", "ws", shape, x["scale"], ts, 14)
 
+    def plan(self, x, o, cu=None, o_dtype=BF16):
+        """The state pass's plan of the forward prepare() would launch (under the knobs now set):
+        a dict of tile_columns, walking_warps, read_out_warps, overlapped, state_blocks."""
+        shape, ts = self._problem(x, o_dtype, cu)
+        ts += [o, None, None, cu, None]
+        ptrs = (ctypes.c_void_p * len(ts))(*[None if t is None else t.data_ptr() for t in ts])
+        out = (ctypes.c_int64 * 5)()
+        fn = self.lib.qed_chunked_forward_plan
+        fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_float, ctypes.POINTER(ctypes.c_void_p),
+                       ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_int]
+        fn.restype = ctypes.c_int
+        rc = fn(shape, float(x["scale"]), ptrs, out, self.err, 2048)
+        if rc != 0:
+            raise RuntimeError(f"chunked_forward_plan: status {rc}: {self.err.value.decode()}")
+        return dict(zip(("tile_columns", "walking_warps", "read_out_warps", "overlapped", "state_blocks"), out))
+
     def prepare_backward(self, x, do, grads, dht=None, cu=None, g_dtype=FP32, saved=False):
         """Zero-argument launcher of chunked_backward; grads: dict of output tensors. saved: the
         backward after prepare_forward_saving's launcher (same inputs; it skips the recompute)."""

@@ -96,6 +96,27 @@ int qed_chunked_forward(const int64_t* shape, float scale, void* const* ptrs, ui
   return forward_impl(shape, scale, ptrs, ws_bytes, query, stream, err, errlen, false);
 }
 
+// The state pass's plan for the forward qed_chunked_forward would run (chunked_forward_plan):
+// out = {tile columns, walking warps, read-out warps, overlapped (0/1), state blocks}.
+int qed_chunked_forward_plan(const int64_t* shape, float scale, void* const* ptrs, int64_t* out, char* err,
+                             int errlen) {
+  const int64_t T = shape[3], H = shape[4], V = shape[6];
+  ChunkedForwardParams p;
+  p.problem = problem_of(shape, scale, nullptr, ptrs[13]);
+  p.in = inputs_of(shape, ptrs);
+  p.o = seq_tensor_out(ptrs[10], static_cast<DType>(shape[9]), T, H, V);
+  ChunkedForwardPlan plan;
+  const Status s = chunked_forward_plan(p, &plan);
+  if (s.ok()) {
+    out[0] = plan.tile_columns;
+    out[1] = plan.walking_warps;
+    out[2] = plan.read_out_warps;
+    out[3] = plan.overlapped ? 1 : 0;
+    out[4] = plan.state_blocks;
+  }
+  return report(s, err, errlen);
+}
+
 // The training forward (chunked_forward_saving): as qed_chunked_forward, but ptrs[14] is the
 // backward's workspace and the query returns its size; chunk_states (ptrs[12]) must be null.
 int qed_chunked_forward_saving(const int64_t* shape, float scale, void* const* ptrs, uint64_t* ws_bytes,

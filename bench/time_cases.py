@@ -21,7 +21,9 @@ repetitions after warm-up), each case list repeated so that drift between repeti
 
 Example: python3 bench/time_cases.py /tmp/qed-device-build "2,16384,16,128" \
            "fwd||gdn2" "fwd serial|QEDCHECK_CHUNKED_OVERLAP=0|gdn2" "peer||peer"
-Prints one line per case and repetition: "[x] B,T,H,K name median ms (min ms)".
+Prints one line per case and repetition: "[x] B,T,H,K name median ms (min ms)", and before
+the first repetition, for each case of our forward or training pair, the state pass's plan under
+its knobs: "[plan] B,T,H,K name: C columns, W walking warps (+R read-out), N blocks, serial|overlapped".
 The knobs are read by the library at every call, so one prepared callable serves every setting.
 """
 import os
@@ -69,6 +71,7 @@ def runners(bc, lib, B, T, H, D, train):
     o = torch.empty(B, T, H, D, dtype=torch.bfloat16, device=bc.DEV)
     ht = torch.empty(B, H, D, D, dtype=torch.float32, device=bc.DEV)
     runs = {"gdn2": lib.prepare(x, o, ht), "qed": lib.prepare(xq, o, ht), "peer": lambda: bc.peer_call(x)}
+    runs["plan"] = {"gdn2": lambda: lib.plan(x, o), "qed": lambda: lib.plan(xq, o)}
     if train:
         do = torch.randn(B, T, H, D, device=bc.DEV).to(torch.bfloat16)
         for tag, xx in (("train", x), ("trainq", xq)):
@@ -108,11 +111,18 @@ def main():
     train = any(w in ("train", "trainq", "peertrain") for _, _, w in cases)
     for (B, T, H, D) in shapes:
         runs = runners(bc, lib, B, T, H, D, train)
-        for _ in range(reps):
+        for rep in range(reps):
             for name, knobs, what in cases:
                 saved = {k: os.environ.get(k) for k, _ in knobs}
                 os.environ.update(dict(knobs))
                 try:
+                    if rep == 0 and what not in ("peer", "peertrain"):
+                        pl = runs["plan"]["qed" if what in ("qed", "trainq") else "gdn2"]()
+                        extra = f" (+{pl['read_out_warps']} read-out)" if pl["read_out_warps"] else ""
+                        mode = "overlapped" if pl["overlapped"] else "serial"
+                        print(f"[plan] {B},{T},{H},{D} {name}: {pl['tile_columns']} columns, "
+                              f"{pl['walking_warps']} walking warps{extra}, {pl['state_blocks']} blocks, {mode}",
+                              flush=True)
                     med, lo = bc.time_ms(runs[what])[:2]
                 finally:
                     for k, v in saved.items():

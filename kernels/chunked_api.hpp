@@ -39,6 +39,20 @@ struct ChunkedForwardParams {
 Status chunked_forward_workspace(const ChunkedForwardParams& p, size_t* bytes);
 Status chunked_forward(const ChunkedForwardParams& p);
 
+// How chunked_forward would run its state pass for these parameters on the current device (the
+// plan depends on shapes, dtype, the device's multiprocessors and the QEDCHECK_CHUNKED_* knobs):
+// the value columns a block carries, its warps (walking the chunks, and forming o one chunk
+// behind them where the read-out has warps of its own), the block count, and whether the pass
+// overlaps the prep pass. For benchmarks, and for tests that must know which instance ran.
+struct ChunkedForwardPlan {
+  int tile_columns = 0;
+  int walking_warps = 0;
+  int read_out_warps = 0;
+  bool overlapped = false;
+  int64_t state_blocks = 0;
+};
+Status chunked_forward_plan(const ChunkedForwardParams& p, ChunkedForwardPlan* plan);
+
 // Backward of L = sum(do*o) + sum(dht*ht) (MATH.md §6), every variant and QED arm. It recomputes
 // the chunk-start states with the chunked forward (no step is ever inverted). Two pipelines:
 //  bf16 inputs (kernels/chunked_bwd_sweep.cu, kernels/chunked_bwd_grads.cu): the recompute also

@@ -76,6 +76,7 @@ struct Args {
   float max_diag = kMaxDiagExp2;
   int prep_stop = 0;  // benchmark hook: the prep pass returns after its phase prep_stop (0: none)
   int load_mutant = 0;  // testing hook: the state pass's bulk loads leave out the chunk decay
+  int state_nw = 0;     // the state pass's warps as the forward's plan chose them (0: state_warps())
   // The overlapped forward (chunked_forward.cu, choose_plan): one flag per (chunk, head),
   // chunk * H + h, zeroed before the prep pass, which sets it once that blob is written; the state
   // pass, launched while the prep pass still runs, waits for it before reading the blob. Null:
@@ -313,6 +314,7 @@ int state_smem_bytes(int K, int MT, Mode m, bool overlap = false);
 // warps per block of the state pass: 4, or 8 at K = 128 in the overlapped forward or on request;
 // split_ok (bf16, one value tile): the overlapped forward takes the SPLIT instance (4 walking warps)
 int state_warps(int K, bool overlap = false, bool split_ok = false);
+bool state_split();  // QEDCHECK_CHUNKED_STATE_SPLIT=0 turns the read-out warps off
 cudaError_t launch_chunk_base(const Args& A, int64_t* base, cudaStream_t st);
 cudaError_t launch_prep(const Args& A, bool fp32_inputs, Mode m, int64_t grid_chunks,
                         cudaStream_t st);

@@ -59,6 +59,7 @@ struct StatePlan {
   int mt = 1;
   bool overlap = false;
   int64_t blocks = 0;  // of the state pass: sequences x heads x value tiles
+  int warps = 0;       // the state pass's warps where the plan chose them (0: state_warps()'s rule)
 };
 
 // Overlapped (Args::ready): where the narrowest tile (16 columns) leaves at most one walking
@@ -100,13 +101,24 @@ StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
   // Blocks wanted, in eighths of a multiprocessor: 14/8 for four warps with bulk loads (K = 128),
   // 7/8 otherwise (eight warps, and K = 64 as measured before).
   const bool four = pr.K == 128 && chunked::state_warps(128) == 4;  // not overlapped here
-  const int64_t want = (four ? 14 : 7) * sms;
-  plan.mt = 1;
-  for (int mt = max_mt; mt > 1; mt /= 2)
-    if (vt16 % mt == 0 && 8 * lanes * (vt16 / mt) >= want) {
-      plan.mt = mt;
-      break;
+  auto widest = [&](int64_t want) {
+    for (int mt = max_mt; mt > 1; mt /= 2)
+      if (vt16 % mt == 0 && 8 * lanes * (vt16 / mt) >= want) return mt;
+    return 1;
+  };
+  plan.mt = widest((four ? 14 : 7) * sms);
+  // Where four warps would walk one 16-column tile but eight warps fill the machine with a wider
+  // one (bf16 inputs, K = 128, the warps not forced), the wider tile on eight warps with cp.async:
+  // it reads the blob's shared part half as often. At [2,16384,16,128] (32 lanes) on an H100 the
+  // whole forward took 1.846 ms against 1.948 (reports/device/chunked.md run 32, one call), on
+  // the H200 1.772 against 1.781 (run 9).
+  if (four && m == Mode::bf16 && plan.mt == 1 && !std::getenv("QEDCHECK_CHUNKED_STATE_WARPS")) {
+    const int mt8 = widest(7 * sms);
+    if (mt8 > 1) {
+      plan.mt = mt8;
+      plan.warps = 8;
     }
+  }
   return with_blocks(plan);
 }
 
@@ -290,6 +302,7 @@ Status run_forward(const ChunkedForwardParams& p, Mode m, const chunked::BwdHook
     return bad("workspace must be 256-byte aligned");
   }
   Args A = args_for(p, m, ws, hooks);
+  A.state_nw = plan.warps;
   Status result;
   cudaError_t e = cudaSuccess;
   if (pr.cu_seqlens) e = chunked::launch_chunk_base(A, static_cast<int64_t*>(ws), st);
@@ -325,6 +338,24 @@ Status run_forward(const ChunkedForwardParams& p, Mode m, const chunked::BwdHook
 Status chunked_forward(const ChunkedForwardParams& p) {
   if (Status s = check(p); !s.ok()) return s;
   return run_forward(p, mode_of(p), nullptr, nullptr);
+}
+
+Status chunked_forward_plan(const ChunkedForwardParams& p, ChunkedForwardPlan* out) {
+  if (Status s = check(p); !s.ok()) return s;
+  if (Status s = device_status(); !s.ok()) return s;
+  const Mode m = mode_of(p);
+  const StatePlan plan = choose_plan(p, m);
+  const int K = static_cast<int>(p.problem.K);
+  const bool split_ok = m == Mode::bf16 && plan.mt == 1;
+  out->tile_columns = 16 * plan.mt;
+  out->overlapped = plan.overlap;
+  out->state_blocks = plan.blocks;
+  out->walking_warps = plan.warps ? plan.warps : chunked::state_warps(K, plan.overlap, split_ok);
+  out->read_out_warps = K == 128 && plan.overlap && split_ok && out->walking_warps == 4 &&
+                                chunked::state_split()
+                            ? 4
+                            : 0;
+  return {};
 }
 
 namespace chunked {

@@ -543,7 +543,7 @@ __global__ void __launch_bounds__((SPLIT ? 2 : 1) * NW * 32, SPLIT ? 2 : 0) stat
 // (four walking warps, four read-out warps): at [1,65536,8,128] on an H100 2.54-2.61 ms against
 // 2.69-2.76 for the eight-warp instance (reports/device/chunked.md run 28).
 // QEDCHECK_CHUNKED_STATE_SPLIT=0 keeps the eight-warp instance there.
-static bool state_split() {
+bool state_split() {
   const char* e = std::getenv("QEDCHECK_CHUNKED_STATE_SPLIT");
   return !(e && std::strcmp(e, "0") == 0);
 }
@@ -682,8 +682,8 @@ int64_t blob_bytes(int K, int64_t V, Mode m) {
 
 cudaError_t launch_state(const Args& A, Mode m, int MT, cudaStream_t st) {
   if (A.K == 64) return launch_state_m<64, 4>(A, m, MT, st);
-  return state_warps(128, A.ready != nullptr, m == Mode::bf16 && MT == 1) == 8 ? launch_state_m<128, 8>(A, m, MT, st)
-                                                   : launch_state_m<128, 4>(A, m, MT, st);
+  const int nw = A.state_nw ? A.state_nw : state_warps(128, A.ready != nullptr, m == Mode::bf16 && MT == 1);
+  return nw == 8 ? launch_state_m<128, 8>(A, m, MT, st) : launch_state_m<128, 4>(A, m, MT, st);
 }
 
 }  // namespace qed::kernels::chunked

@@ -435,6 +435,79 @@ TEST(GpuChunkedProps, OverlappedForwardAgreesBitwise) {
       << "the training pair differs with the overlapped forward";
 }
 
+// The state pass's plan for a dense bf16 or fp32 problem of B = 1, T tokens, H heads, K = V = 128
+// (host-side dummy pointers: the plan reads shapes and dtypes only).
+kernels::ChunkedForwardPlan forward_plan(int64_t H, DType dt) {
+  static std::vector<float> dummy(size_t{64} * 128 * 128);  // T = 64, up to 128 heads of 128 floats
+  kernels::ChunkedForwardParams p;
+  p.problem.variant = Variant::gdn2;
+  p.problem.B = 1;
+  p.problem.T = 64;
+  p.problem.H = H;
+  p.problem.K = 128;
+  p.problem.V = 128;
+  p.problem.scale = 0.088f;
+  for (kernels::SeqTensor* t : {&p.in.q, &p.in.k, &p.in.v, &p.in.g, &p.in.b, &p.in.w})
+    *t = kernels::seq_tensor(dummy.data(), dt, 64, H, 128);
+  p.o = kernels::seq_tensor_out(dummy.data(), dt, 64, H, 128);
+  kernels::ChunkedForwardPlan plan;
+  const kernels::Status s = kernels::chunked_forward_plan(p, &plan);
+  EXPECT_TRUE(s.ok()) << "H " << H << ": " << s.message;
+  return plan;
+}
+
+// The plan: where four state warps would walk one 16-column tile (serial) but eight fill the
+// machine with a wider tile, the bf16 forward takes the wider tile on eight warps (run 32:
+// [2,16384,16,128] 1.846 ms against 1.948); fp32 inputs keep four. The default forward is then
+// bitwise the forward with those knobs set and not the one-tile forward (the ILP instance, whose
+// sums run in another order), so the plan is what runs. Mutation check: without the rule no head
+// count takes eight warps (the first expectation).
+TEST(GpuChunkedProps, PlanTakesEightWarpsWhereFourWalkOneTile) {
+  REQUIRE_DEVICE();
+  int64_t found = 0;
+  for (int64_t H = 1; H <= 128; ++H) {
+    kernels::ChunkedForwardPlan dflt = forward_plan(H, DType::bf16), four;
+    {
+      ScopedEnv w("QEDCHECK_CHUNKED_STATE_WARPS", "4");
+      four = forward_plan(H, DType::bf16);
+    }
+    EXPECT_EQ(four.walking_warps, 4) << "H " << H;
+    const bool one_tile = four.tile_columns == 16 && !four.overlapped;
+    if (dflt.walking_warps == 8 && !dflt.overlapped) {
+      EXPECT_TRUE(one_tile) << "H " << H << ": eight warps where four would not walk one tile";
+      EXPECT_GT(dflt.tile_columns, 16) << "H " << H;
+      EXPECT_EQ(dflt.state_blocks, H * 128 / dflt.tile_columns) << "H " << H;
+      const kernels::ChunkedForwardPlan f32 = forward_plan(H, DType::fp32);
+      EXPECT_EQ(f32.walking_warps, 4) << "H " << H << ": fp32 inputs";
+      if (!found) found = H;
+    } else {
+      EXPECT_EQ(dflt.tile_columns, four.tile_columns) << "H " << H;
+      EXPECT_EQ(dflt.overlapped, four.overlapped) << "H " << H;
+    }
+  }
+  ASSERT_GT(found, 0) << "no head count up to 128 takes eight state warps";
+  fixtures::GenSpec g;
+  g.variant = Variant::qed;
+  g.arm = Arm::full;
+  g.dims = {1, 130, found, 128, 128};
+  g.with_h0 = true;
+  g.seed = base_seed() + 475;
+  const auto in = fixtures::generate(g);
+  const kernels::ChunkedForwardPlan pl = forward_plan(found, DType::bf16);
+  const std::string mt = std::to_string(pl.tile_columns / 16);
+  const auto dflt = kernels::run_chunked(in, DType::bf16, true);
+  kernels::ChunkedHostRun forced, one;
+  {
+    ScopedEnv tile("QEDCHECK_CHUNKED_MT", mt.c_str());
+    forced = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_STATE_WARPS", "8");
+  }
+  one = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_STATE_WARPS", "4");
+  EXPECT_TRUE(same_bits(dflt, forced)) << describe(g, DType::bf16) << " H " << found << ": the default differs from MT "
+                                       << mt << " on eight warps:" << bit_diff(dflt, forced);
+  EXPECT_FALSE(same_bits(dflt, one)) << describe(g, DType::bf16) << ": the default is the one-tile forward";
+  EXPECT_TRUE(all_finite(dflt.outputs.o) && all_finite(dflt.outputs.ht)) << describe(g, DType::bf16);
+}
+
 // The overlapped forward's state pass with read-out warps (the SPLIT instance, its default for
 // bf16 at one value tile: four walking warps carry the state and U, four more form o one chunk
 // behind them) against the passes one after the other: the read-out's products in the same order
