@@ -72,7 +72,10 @@ class Chunked:
 
     def plan(self, x, o, cu=None, o_dtype=BF16):
         """The state pass's plan of the forward prepare() would launch (under the knobs now set):
-        a dict of tile_columns, walking_warps, read_out_warps, overlapped, state_blocks."""
+        a dict of tile_columns, walking_warps, read_out_warps, overlapped, state_blocks; None
+        from a library older than the entry point (an A/B's base side)."""
+        if not hasattr(self.lib, "qed_chunked_forward_plan"):
+            return None
         shape, ts = self._problem(x, o_dtype, cu)
         ts += [o, None, None, cu, None]
         ptrs = (ctypes.c_void_p * len(ts))(*[None if t is None else t.data_ptr() for t in ts])

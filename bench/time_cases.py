@@ -118,6 +118,7 @@ def main():
                 try:
                     if rep == 0 and what not in ("peer", "peertrain"):
                         pl = runs["plan"]["qed" if what in ("qed", "trainq") else "gdn2"]()
+                    if rep == 0 and what not in ("peer", "peertrain") and pl:
                         extra = f" (+{pl['read_out_warps']} read-out)" if pl["read_out_warps"] else ""
                         mode = "overlapped" if pl["overlapped"] else "serial"
                         print(f"[plan] {B},{T},{H},{D} {name}: {pl['tile_columns']} columns, "
