@@ -116,9 +116,9 @@ def main():
                 saved = {k: os.environ.get(k) for k, _ in knobs}
                 os.environ.update(dict(knobs))
                 try:
-                    if rep == 0 and what not in ("peer", "peertrain"):
-                        pl = runs["plan"]["qed" if what in ("qed", "trainq") else "gdn2"]()
-                    if rep == 0 and what not in ("peer", "peertrain") and pl:
+                    pl = runs["plan"]["qed" if what in ("qed", "trainq") else "gdn2"]() \
+                        if rep == 0 and what not in ("peer", "peertrain") else None
+                    if pl:
                         extra = f" (+{pl['read_out_warps']} read-out)" if pl["read_out_warps"] else ""
                         mode = "overlapped" if pl["overlapped"] else "serial"
                         print(f"[plan] {B},{T},{H},{D} {name}: {pl['tile_columns']} columns, "

@@ -435,7 +435,7 @@ TEST(GpuChunkedProps, OverlappedForwardAgreesBitwise) {
       << "the training pair differs with the overlapped forward";
 }
 
-// The state pass's plan for a dense bf16 or fp32 problem of B = 1, T tokens, H heads, K = V = 128
+// The state pass's plan for a dense GDN-2 problem of B = 1, T = 64, H heads, K = V = 128 in dtype dt
 // (host-side dummy pointers: the plan reads shapes and dtypes only).
 kernels::ChunkedForwardPlan forward_plan(int64_t H, DType dt) {
   static std::vector<float> dummy(size_t{64} * 128 * 128);  // T = 64, up to 128 heads of 128 floats
@@ -461,7 +461,7 @@ kernels::ChunkedForwardPlan forward_plan(int64_t H, DType dt) {
 // [2,16384,16,128] 1.846 ms against 1.948); fp32 inputs keep four. The default forward is then
 // bitwise the forward with those knobs set and not the one-tile forward (the ILP instance, whose
 // sums run in another order), so the plan is what runs. Mutation check: without the rule no head
-// count takes eight warps (the first expectation).
+// count takes eight warps, and the ASSERT on `found` fails.
 TEST(GpuChunkedProps, PlanTakesEightWarpsWhereFourWalkOneTile) {
   REQUIRE_DEVICE();
   int64_t found = 0;
