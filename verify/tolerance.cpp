@@ -245,9 +245,8 @@ std::string twin_rule_text() {
 }
 
 int64_t longest_sequence(const reference::Inputs<double>& in) {
-  if (in.cu_seqlens.empty()) return in.dims.T;
-  int64_t m = 0;
-  for (size_t n = 0; n + 1 < in.cu_seqlens.size(); ++n) m = std::max(m, in.cu_seqlens[n + 1] - in.cu_seqlens[n]);
+  int64_t m = in.cu_seqlens.empty() ? in.dims.T : 0;  // dense: T, also where B = 0
+  for (const reference::Span& s : in.spans()) m = std::max(m, s.len);
   return m;
 }
 
