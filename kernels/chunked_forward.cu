@@ -92,14 +92,17 @@ StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
     pl.blocks = lanes * (vt16 / pl.mt);
     return pl;
   };
+  // The 128-column tile: bf16, K = 128, eight warps (the one instance built for it, below).
+  const bool wide_ok = m == Mode::bf16 && pr.K == 128 && vt16 % 8 == 0;
+  auto wide = [&]() {
+    StatePlan pl;
+    pl.mt = 8;
+    pl.warps = 8;
+    return with_blocks(pl);
+  };
   if (const char* e = std::getenv("QEDCHECK_CHUNKED_MT")) {
     const int mt = std::atoi(e);
-    // 8 (128 columns): bf16, K = 128, eight warps only (the one instance built for it; see below)
-    if (mt == 8 && m == Mode::bf16 && pr.K == 128 && vt16 % 8 == 0) {
-      plan.mt = 8;
-      plan.warps = 8;
-      return with_blocks(plan);
-    }
+    if (mt == 8 && wide_ok) return wide();
     if ((mt == 1 || mt == 2 || mt == 4) && mt <= max_mt && vt16 % mt == 0) {
       plan.mt = mt;
       plan.overlap = ov_on || (!ov_off && mt == 1 && few);
@@ -122,12 +125,8 @@ StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
   // reads of a blob do not find it in L2); the 128-column pass reads half as much and is bitwise
   // the same (one accumulator set in both). Measured in one call (reports/device/chunked.md run
   // 34): state pass 0.525 against 0.630 ms, whole forward 1.661 against 1.776.
-  if (four && m == Mode::bf16 && vt16 % 8 == 0 && !std::getenv("QEDCHECK_CHUNKED_STATE_WARPS") &&
-      8 * lanes * (vt16 / 8) >= 7 * sms) {
-    plan.mt = 8;
-    plan.warps = 8;
-    return with_blocks(plan);
-  }
+  if (four && wide_ok && !std::getenv("QEDCHECK_CHUNKED_STATE_WARPS") && 8 * lanes * (vt16 / 8) >= 7 * sms)
+    return wide();
   plan.mt = widest((four ? 14 : 7) * sms);
   // Where four warps would walk one 16-column tile but eight warps fill the machine with a wider
   // one (bf16 inputs, K = 128, the warps not forced), the wider tile on eight warps with cp.async:

@@ -10,8 +10,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
+#include <list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/chunked_api.hpp"
 #include "kernels/host_run.hpp"
@@ -372,10 +374,10 @@ fixtures::GenSpec overlap_case(Variant v, Arm a, bool packed, int i, uint64_t se
   return g;
 }
 
-// QED's training pair (bf16, packed, h0) with its saving forward overlapped (and the environment
-// knob `knob` set to `value`, if given) against the passes in series: every gradient and o bitwise
-// equal.
-bool training_pair_overlap_agrees(uint64_t seed, const char* knob, const char* value) {
+// QED's training pair (bf16, packed, h0) run twice, under two settings of environment knobs
+// (name, value pairs): whether every gradient and o agree bit for bit.
+using Knobs = std::vector<std::pair<const char*, const char*>>;
+bool training_pairs_agree(uint64_t seed, const Knobs& first, const Knobs& second) {
   fixtures::GenSpec g;
   g.variant = Variant::qed;
   g.arm = Arm::full;
@@ -385,21 +387,23 @@ bool training_pair_overlap_agrees(uint64_t seed, const char* knob, const char* v
   g.seed = seed;
   const auto in = fixtures::generate(g);
   const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
-  kernels::ChunkedHostRun serial, overlapped;
-  {
-    ScopedEnv off("QEDCHECK_CHUNKED_OVERLAP", "0");
-    serial = kernels::run_chunked_training(in, cot, DType::bf16);
-  }
-  {
-    ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
-    std::optional<ScopedEnv> setting;
-    if (knob) setting.emplace(knob, value);
-    overlapped = kernels::run_chunked_training(in, cot, DType::bf16);
-  }
-  return serial.grads.dq == overlapped.grads.dq && serial.grads.dk == overlapped.grads.dk &&
-         serial.grads.dv == overlapped.grads.dv && serial.grads.dg == overlapped.grads.dg &&
-         serial.grads.db == overlapped.grads.db && serial.grads.dw == overlapped.grads.dw &&
-         serial.grads.dh0 == overlapped.grads.dh0 && serial.outputs.o == overlapped.outputs.o;
+  auto run = [&](const Knobs& knobs) {
+    std::list<ScopedEnv> set;
+    for (const auto& [name, value] : knobs) set.emplace_back(name, value);
+    return kernels::run_chunked_training(in, cot, DType::bf16);
+  };
+  const auto a = run(first), b = run(second);
+  return a.grads.dq == b.grads.dq && a.grads.dk == b.grads.dk && a.grads.dv == b.grads.dv &&
+         a.grads.dg == b.grads.dg && a.grads.db == b.grads.db && a.grads.dw == b.grads.dw &&
+         a.grads.dh0 == b.grads.dh0 && a.outputs.o == b.outputs.o;
+}
+
+// The training pair with its saving forward overlapped (and the knob `knob` set to `value`, if
+// given) against the passes in series.
+bool training_pair_overlap_agrees(uint64_t seed, const char* knob, const char* value) {
+  Knobs overlapped{{"QEDCHECK_CHUNKED_OVERLAP", "1"}};
+  if (knob) overlapped.emplace_back(knob, value);
+  return training_pairs_agree(seed, {{"QEDCHECK_CHUNKED_OVERLAP", "0"}}, overlapped);
 }
 
 // The overlapped forward (the state pass launched beside a persistent prep pass, waiting on one
@@ -569,32 +573,10 @@ TEST(GpuChunkedProps, WideStateTileAgreesBitwise) {
   }
   // Through the training pair: the saving forward's recompute on the wide tile, every gradient and
   // o bitwise those of the 64-column tile.
-  {
-    fixtures::GenSpec gt;
-    gt.variant = Variant::qed;
-    gt.arm = Arm::full;
-    gt.dims = {1, 300, 2, 128, 128};
-    gt.seqlens = {65, 0, 171, 64};
-    gt.with_h0 = true;
-    gt.seed = base_seed() + 580;
-    const auto in = fixtures::generate(gt);
-    const auto cot = fixtures::generate_cotangents(in, gt.seed + 1, true);
-    kernels::ChunkedHostRun narrow, wide;
-    {
-      ScopedEnv tile("QEDCHECK_CHUNKED_MT", "4");
-      ScopedEnv warps("QEDCHECK_CHUNKED_STATE_WARPS", "4");
-      narrow = kernels::run_chunked_training(in, cot, DType::bf16);
-    }
-    {
-      ScopedEnv tile("QEDCHECK_CHUNKED_MT", "8");
-      wide = kernels::run_chunked_training(in, cot, DType::bf16);
-    }
-    const auto& a = wide.grads;
-    const auto& b = narrow.grads;
-    EXPECT_TRUE(a.dq == b.dq && a.dk == b.dk && a.dv == b.dv && a.dg == b.dg && a.db == b.db && a.dw == b.dw &&
-                a.dh0 == b.dh0 && wide.outputs.o == narrow.outputs.o)
-        << describe(gt, DType::bf16) << ": the training pair differs between the 128- and 64-column tiles";
-  }
+  EXPECT_TRUE(training_pairs_agree(base_seed() + 580,
+                                   {{"QEDCHECK_CHUNKED_MT", "4"}, {"QEDCHECK_CHUNKED_STATE_WARPS", "4"}},
+                                   {{"QEDCHECK_CHUNKED_MT", "8"}}))
+      << "QED full, packed, h0: the training pair differs between the 128- and 64-column tiles";
   // V = 64 has no 128-column tile: the knob leaves the plan as it was.
   fixtures::GenSpec g;
   g.variant = Variant::qed;
