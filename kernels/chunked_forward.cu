@@ -70,9 +70,12 @@ struct StatePlan {
 // 32 columns and 3.04-3.11 at 64, against 1.94 in series (the prep pass, left fewer blocks,
 // becomes the longer one). Otherwise the widest tile that still gives enough blocks to fill the
 // machine (wider tiles re-read the workspace fewer times): about two four-warp blocks per
-// multiprocessor (they share one). Measured on an H200 (runs 7 and 9), four warps, passes in
-// series: [8,4096,16,128] best at MT=4 (0.604 ms against 0.815 at MT=2), [2,16384,16,128] at MT=1
-// (0.718 against 0.768), [1,65536,8,128] at MT=1. QEDCHECK_CHUNKED_MT and
+// multiprocessor (at 16 and 32 columns two fit; at 64 columns only one does, by shared memory, so
+// the 256 blocks at [8,4096,16,128] ran in two waves: run 34). Measured on an H200 (runs 7 and
+// 9), four warps, passes in series: [8,4096,16,128] best at MT=4 (0.604 ms against 0.815 at
+// MT=2), [2,16384,16,128] at MT=1 (0.718 against 0.768), [1,65536,8,128] at MT=1; and the
+// 128-column tile on eight warps where it fills the machine (below). QEDCHECK_CHUNKED_MT (1, 2,
+// 4; 8 for bf16 at K = 128) and
 // QEDCHECK_CHUNKED_OVERLAP=0|1 override (1: overlap at any tile width and block count).
 StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
   const Problem& pr = p.problem;
@@ -89,8 +92,17 @@ StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
     pl.blocks = lanes * (vt16 / pl.mt);
     return pl;
   };
+  // The 128-column tile: bf16, K = 128, eight warps (the one instance built for it, below).
+  const bool wide_ok = m == Mode::bf16 && pr.K == 128 && vt16 % 8 == 0;
+  auto wide = [&]() {
+    StatePlan pl;
+    pl.mt = 8;
+    pl.warps = 8;
+    return with_blocks(pl);
+  };
   if (const char* e = std::getenv("QEDCHECK_CHUNKED_MT")) {
     const int mt = std::atoi(e);
+    if (mt == 8 && wide_ok) return wide();
     if ((mt == 1 || mt == 2 || mt == 4) && mt <= max_mt && vt16 % mt == 0) {
       plan.mt = mt;
       plan.overlap = ov_on || (!ov_off && mt == 1 && few);
@@ -106,6 +118,15 @@ StatePlan choose_plan(const ChunkedForwardParams& p, Mode m) {
       if (vt16 % mt == 0 && 8 * lanes * (vt16 / mt) >= want) return mt;
     return 1;
   };
+  // The 128-column tile on eight warps (bf16, K = 128, the warps not forced) wherever it still
+  // gives about one block a multiprocessor (7/8): every chunk's blob is then read once per
+  // (sequence, head) instead of once per 64-column tile. The four-warp pass at 64 columns ran at
+  // 88% of the DRAM bandwidth (ncu, [8,4096,16,128] on an H100, L2 hit rate 15%: the second tile's
+  // reads of a blob do not find it in L2); the 128-column pass reads half as much and is bitwise
+  // the same (one accumulator set in both). Measured in one call (reports/device/chunked.md run
+  // 34): state pass 0.525 against 0.630 ms, whole forward 1.661 against 1.776.
+  if (four && wide_ok && !std::getenv("QEDCHECK_CHUNKED_STATE_WARPS") && 8 * lanes * (vt16 / 8) >= 7 * sms)
+    return wide();
   plan.mt = widest((four ? 14 : 7) * sms);
   // Where four warps would walk one 16-column tile but eight warps fill the machine with a wider
   // one (bf16 inputs, K = 128, the warps not forced), the wider tile on eight warps with cp.async:

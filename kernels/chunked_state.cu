@@ -1,7 +1,8 @@
 // Sequential pass of the chunked forward (MATH.md (4.3)-(4.5)): one block per (sequence, head,
 // tile of 16*MT value columns) walks the chunks in order, carrying Sᵀ in fp32 registers:
 //   Uᵀ = W_zᵀ - Sᵀ W_aᵀ,  Oᵀ = s (Sᵀ Q̃ᵀ + Uᵀ Mᵀ),  S'ᵀ = Sᵀ Diag(γ_C) + Uᵀ K̂.
-// With NW warps (4 by default, 8 on request at K = 128), warp w owns chunk rows 64w/NW.. for U and O and key
+// With NW warps (4, or 8 at K = 128 where the plan or a knob asks; the 128-column tile, MT = 8, on
+// eight only), warp w owns chunk rows 64w/NW.. for U and O and key
 // channels wK/NW.. of the state (WarpShare); the split-bf16
 // copies of Sᵀ and Uᵀ pass between warps through shared memory (two barriers per chunk). The
 // workspace fragments stream in one phase ahead of their use, by bulk copies (one instruction per
@@ -581,6 +582,13 @@ constexpr bool has_split() {
   return MT == 1 && NT == 2 && NTQ == 1 && K == 128 && NW == 4;
 }
 
+// Whether the 128-column instance (MT = 8) exists: bf16's two-term state path, K = 128, eight
+// warps (one block a multiprocessor: 218 KB of shared memory).
+template <int K, int NT, int NTQ, int NW>
+constexpr bool has_wide() {
+  return K == 128 && NT == 2 && NTQ == 1 && NW == 8;
+}
+
 template <int K, int MT, int NT, int NTQ, int NW>
 cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
   int smem = StateSizes<K, MT, NT, NTQ, NW>::total, threads = NW * 32;
@@ -625,6 +633,8 @@ cudaError_t launch_state_t(const Args& A, cudaStream_t st) {
 
 template <int K, int NT, int NTQ, int NW>
 cudaError_t launch_state_k(const Args& A, int MT, cudaStream_t st) {
+  if constexpr (has_wide<K, NT, NTQ, NW>())
+    if (MT == 8) return launch_state_t<K, 8, NT, NTQ, NW>(A, st);
   if (MT == 4 && NT < 3) return launch_state_t<K, 4, NT, NTQ, NW>(A, st);
   if (MT == 2) return launch_state_t<K, 2, NT, NTQ, NW>(A, st);
   if (MT == 1) return launch_state_t<K, 1, NT, NTQ, NW>(A, st);
@@ -647,6 +657,8 @@ int state_smem_k(int MT, Mode m, bool split) {
     case Mode::bf16:
       if constexpr (has_split<K, 1, 2, 1, NW>())
         if (split && MT == 1) return StateSizes<K, 1, 2, 1, NW, false, true>::total;
+      if constexpr (has_wide<K, 2, 1, NW>())
+        if (MT == 8) return StateSizes<K, 8, 2, 1, NW>::total;
       return MT == 4 ? StateSizes<K, 4, 2, 1, NW>::total
                      : (MT == 2 ? StateSizes<K, 2, 2, 1, NW>::total : StateSizes<K, 1, 2, 1, NW>::total);
     case Mode::fp32:

@@ -10,8 +10,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
+#include <list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/chunked_api.hpp"
 #include "kernels/host_run.hpp"
@@ -372,10 +374,10 @@ fixtures::GenSpec overlap_case(Variant v, Arm a, bool packed, int i, uint64_t se
   return g;
 }
 
-// QED's training pair (bf16, packed, h0) with its saving forward overlapped (and the environment
-// knob `knob` set to `value`, if given) against the passes in series: every gradient and o bitwise
-// equal.
-bool training_pair_overlap_agrees(uint64_t seed, const char* knob, const char* value) {
+// QED's training pair (bf16, packed, h0) run twice, under two settings of environment knobs
+// (name, value pairs): whether every gradient and o agree bit for bit.
+using Knobs = std::vector<std::pair<const char*, const char*>>;
+bool training_pairs_agree(uint64_t seed, const Knobs& first, const Knobs& second) {
   fixtures::GenSpec g;
   g.variant = Variant::qed;
   g.arm = Arm::full;
@@ -385,21 +387,23 @@ bool training_pair_overlap_agrees(uint64_t seed, const char* knob, const char* v
   g.seed = seed;
   const auto in = fixtures::generate(g);
   const auto cot = fixtures::generate_cotangents(in, g.seed + 1, true);
-  kernels::ChunkedHostRun serial, overlapped;
-  {
-    ScopedEnv off("QEDCHECK_CHUNKED_OVERLAP", "0");
-    serial = kernels::run_chunked_training(in, cot, DType::bf16);
-  }
-  {
-    ScopedEnv on("QEDCHECK_CHUNKED_OVERLAP", "1");
-    std::optional<ScopedEnv> setting;
-    if (knob) setting.emplace(knob, value);
-    overlapped = kernels::run_chunked_training(in, cot, DType::bf16);
-  }
-  return serial.grads.dq == overlapped.grads.dq && serial.grads.dk == overlapped.grads.dk &&
-         serial.grads.dv == overlapped.grads.dv && serial.grads.dg == overlapped.grads.dg &&
-         serial.grads.db == overlapped.grads.db && serial.grads.dw == overlapped.grads.dw &&
-         serial.grads.dh0 == overlapped.grads.dh0 && serial.outputs.o == overlapped.outputs.o;
+  auto run = [&](const Knobs& knobs) {
+    std::list<ScopedEnv> set;
+    for (const auto& [name, value] : knobs) set.emplace_back(name, value);
+    return kernels::run_chunked_training(in, cot, DType::bf16);
+  };
+  const auto a = run(first), b = run(second);
+  return a.grads.dq == b.grads.dq && a.grads.dk == b.grads.dk && a.grads.dv == b.grads.dv &&
+         a.grads.dg == b.grads.dg && a.grads.db == b.grads.db && a.grads.dw == b.grads.dw &&
+         a.grads.dh0 == b.grads.dh0 && a.outputs.o == b.outputs.o;
+}
+
+// The training pair with its saving forward overlapped (and the knob `knob` set to `value`, if
+// given) against the passes in series.
+bool training_pair_overlap_agrees(uint64_t seed, const char* knob, const char* value) {
+  Knobs overlapped{{"QEDCHECK_CHUNKED_OVERLAP", "1"}};
+  if (knob) overlapped.emplace_back(knob, value);
+  return training_pairs_agree(seed, {{"QEDCHECK_CHUNKED_OVERLAP", "0"}}, overlapped);
 }
 
 // The overlapped forward (the state pass launched beside a persistent prep pass, waiting on one
@@ -438,7 +442,7 @@ TEST(GpuChunkedProps, OverlappedForwardAgreesBitwise) {
 // The state pass's plan for a dense GDN-2 problem of B = 1, T = 64, H heads, K = V = 128 in dtype dt
 // (host-side dummy pointers: the plan reads shapes and dtypes only).
 kernels::ChunkedForwardPlan forward_plan(int64_t H, DType dt) {
-  static std::vector<float> dummy(size_t{64} * 128 * 128);  // T = 64, up to 128 heads of 128 floats
+  static std::vector<float> dummy(size_t{64} * 256 * 128);  // T = 64, up to 256 heads of 128 floats
   kernels::ChunkedForwardParams p;
   p.problem.variant = Variant::gdn2;
   p.problem.B = 1;
@@ -460,12 +464,15 @@ kernels::ChunkedForwardPlan forward_plan(int64_t H, DType dt) {
 // machine with a wider tile, the bf16 forward takes the wider tile on eight warps (run 32:
 // [2,16384,16,128] 1.846 ms against 1.948); fp32 inputs keep four. The default forward is then
 // bitwise the forward with those knobs set and not the one-tile forward (the ILP instance, whose
-// sums run in another order), so the plan is what runs. Mutation check: without the rule no head
-// count takes eight warps, and the ASSERT on `found` fails.
+// sums run in another order), so the plan is what runs. Where four warps would take 64 columns and
+// fill the machine, eight take the 128-column tile instead (run 34: [8,4096,16,128] 1.661 ms
+// against 1.776), from some head count on for every larger one. Mutation check: without the
+// first rule no head count takes eight warps on a narrow tile and the ASSERT on `found` fails;
+// without the second the ASSERT on `wide` fails.
 TEST(GpuChunkedProps, PlanTakesEightWarpsWhereFourWalkOneTile) {
   REQUIRE_DEVICE();
-  int64_t found = 0;
-  for (int64_t H = 1; H <= 128; ++H) {
+  int64_t found = 0, wide = 0;
+  for (int64_t H = 1; H <= 256; ++H) {
     kernels::ChunkedForwardPlan dflt = forward_plan(H, DType::bf16), four;
     {
       ScopedEnv w("QEDCHECK_CHUNKED_STATE_WARPS", "4");
@@ -473,7 +480,19 @@ TEST(GpuChunkedProps, PlanTakesEightWarpsWhereFourWalkOneTile) {
     }
     EXPECT_EQ(four.walking_warps, 4) << "H " << H;
     const bool one_tile = four.tile_columns == 16 && !four.overlapped;
-    if (dflt.walking_warps == 8 && !dflt.overlapped) {
+    if (wide) {  // once the 128-column tile fills the machine, every larger head count takes it
+      EXPECT_EQ(dflt.tile_columns, 128) << "H " << H << " (128 columns from H " << wide << ")";
+    }
+    if (dflt.tile_columns == 128) {
+      // the 128-column tile (WideStateTileAgreesBitwise): eight warps, one tile a head, and only
+      // where four warps would take 64 columns (as many blocks a multiprocessor as two of them)
+      EXPECT_EQ(dflt.walking_warps, 8) << "H " << H;
+      EXPECT_EQ(dflt.state_blocks, H) << "H " << H;
+      EXPECT_FALSE(dflt.overlapped) << "H " << H;
+      EXPECT_EQ(four.tile_columns, 64) << "H " << H;
+      EXPECT_LT(forward_plan(H, DType::fp32).tile_columns, 128) << "H " << H << ": fp32 inputs";
+      if (!wide) wide = H;
+    } else if (dflt.walking_warps == 8 && !dflt.overlapped) {
       EXPECT_TRUE(one_tile) << "H " << H << ": eight warps where four would not walk one tile";
       EXPECT_GT(dflt.tile_columns, 16) << "H " << H;
       EXPECT_EQ(dflt.state_blocks, H * 128 / dflt.tile_columns) << "H " << H;
@@ -485,7 +504,8 @@ TEST(GpuChunkedProps, PlanTakesEightWarpsWhereFourWalkOneTile) {
       EXPECT_EQ(dflt.overlapped, four.overlapped) << "H " << H;
     }
   }
-  ASSERT_GT(found, 0) << "no head count up to 128 takes eight state warps";
+  ASSERT_GT(found, 0) << "no head count up to 256 takes eight state warps on a narrow tile";
+  ASSERT_GT(wide, 0) << "no head count up to 256 takes the 128-column tile";
   fixtures::GenSpec g;
   g.variant = Variant::qed;
   g.arm = Arm::full;
@@ -506,6 +526,77 @@ TEST(GpuChunkedProps, PlanTakesEightWarpsWhereFourWalkOneTile) {
                                        << mt << " on eight warps:" << bit_diff(dflt, forced);
   EXPECT_FALSE(same_bits(dflt, one)) << describe(g, DType::bf16) << ": the default is the one-tile forward";
   EXPECT_TRUE(all_finite(dflt.outputs.o) && all_finite(dflt.outputs.ht)) << describe(g, DType::bf16);
+}
+
+// The 128-column state tile (QEDCHECK_CHUNKED_MT=8: bf16, K = V = 128, eight warps, one block a
+// multiprocessor) keeps every output's mma chain in the 64-column tile's order (one accumulator
+// set), so it must agree bit for bit with the default four-warp MT=4 forward: o, ht and every chunk
+// state, for every variant and arm, packed sequences of 0, 1, 3 and 5 chunks with h0, by both load
+// paths. The plan must say that the knob took effect (else the comparison would be the default
+// against itself), and V = 64 or fp32 inputs must not take it. The two-column-tile forward (MT=2,
+// two accumulator sets) rounds in another order: the comparison sees that difference, which shows
+// it can fail.
+TEST(GpuChunkedProps, WideStateTileAgreesBitwise) {
+  REQUIRE_DEVICE();
+  {
+    ScopedEnv tile("QEDCHECK_CHUNKED_MT", "8");
+    const kernels::ChunkedForwardPlan pl = forward_plan(16, DType::bf16);
+    ASSERT_EQ(pl.tile_columns, 128) << "QEDCHECK_CHUNKED_MT=8 was not taken";
+    EXPECT_EQ(pl.walking_warps, 8);
+    EXPECT_EQ(pl.state_blocks, 16);
+    EXPECT_FALSE(pl.overlapped);
+    EXPECT_LT(forward_plan(16, DType::fp32).tile_columns, 128) << "fp32 inputs took the bf16-only tile";
+  }
+  int i = 0;
+  for (const auto& [v, a] : all_variants()) {
+    fixtures::GenSpec g;
+    g.variant = v;
+    g.arm = a;
+    g.dims = {1, 500, 2, 128, 128};
+    g.seqlens = {130, 0, 64, 1, 305};
+    g.regime = i % 2 ? Regime::hard : Regime::mixed;
+    g.with_h0 = true;
+    g.seed = base_seed() + 560 + static_cast<uint64_t>(i++);
+    const auto in = fixtures::generate(g);
+    kernels::ChunkedHostRun ref;
+    {
+      ScopedEnv tile("QEDCHECK_CHUNKED_MT", "4");
+      ref = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_STATE_WARPS", "4");
+    }
+    ScopedEnv tile("QEDCHECK_CHUNKED_MT", "8");
+    for (const char* load : {"bulk", "cpasync"}) {
+      const auto wide = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_STATE_LOAD", load);
+      EXPECT_TRUE(all_finite(wide.outputs.o) && all_finite(wide.outputs.ht)) << describe(g, DType::bf16) << " " << load;
+      EXPECT_TRUE(same_bits(wide, ref)) << describe(g, DType::bf16) << " loads " << load
+                                        << ": 128-column and 64-column tiles differ:" << bit_diff(wide, ref);
+    }
+  }
+  // Through the training pair: the saving forward's recompute on the wide tile, every gradient and
+  // o bitwise those of the 64-column tile.
+  EXPECT_TRUE(training_pairs_agree(base_seed() + 580,
+                                   {{"QEDCHECK_CHUNKED_MT", "4"}, {"QEDCHECK_CHUNKED_STATE_WARPS", "4"}},
+                                   {{"QEDCHECK_CHUNKED_MT", "8"}}))
+      << "QED full, packed, h0: the training pair differs between the 128- and 64-column tiles";
+  // V = 64 has no 128-column tile: the knob leaves the plan as it was.
+  fixtures::GenSpec g;
+  g.variant = Variant::qed;
+  g.arm = Arm::full;
+  g.dims = {1, 200, 2, 128, 64};
+  g.with_h0 = true;
+  g.seed = base_seed() + 590;
+  const auto in64 = fixtures::generate(g);
+  const auto dflt64 = kernels::run_chunked(in64, DType::bf16, true);
+  EXPECT_TRUE(same_bits(run_with(in64, DType::bf16, "QEDCHECK_CHUNKED_MT", "8"), dflt64)) << describe(g, DType::bf16);
+  // Sensitivity: another summation order (MT=2) must show up in the same comparison.
+  g.dims.V = 128;
+  const auto in = fixtures::generate(g);
+  kernels::ChunkedHostRun wide, two;
+  {
+    ScopedEnv tile("QEDCHECK_CHUNKED_MT", "8");
+    wide = kernels::run_chunked(in, DType::bf16, true);
+  }
+  two = run_with(in, DType::bf16, "QEDCHECK_CHUNKED_MT", "2");
+  EXPECT_FALSE(same_bits(wide, two)) << describe(g, DType::bf16) << ": MT=8 and MT=2 agree bit for bit";
 }
 
 // The overlapped forward's state pass with read-out warps (the SPLIT instance, its default for
