@@ -11,15 +11,16 @@
 # Knobs: PACK_SHAPES (default "8,4096,16,128;2,16384,16,128"), PACK_CASES (time_cases.py cases,
 # default GDN-2 and QED forward and training pair), PACK_ROUNDS (alternations, 2),
 # PACK_TIMING=0 / PACK_TESTS=0 / PACK_CERTIFY=0 (skip a stage), PACK_CERT_TIMEOUT (s, 300),
-# PACK_THREADS (certify's, 15), PACK_CERTS_FROM (a certs.tar an earlier call returned: certify
+# PACK_BITS=0 (skip the same-bits check of NEW against OLD, bench/ab_bits.py, which runs when OLD
+# is given; PACK_BITS_TIMEOUT s, 240), PACK_THREADS (certify's, 15), PACK_CERTS_FROM (a certs.tar an earlier call returned: certify
 # resumes from its journals, which it accepts only from the same kernels), PACK_PEER=1 (after the
 # A/B rounds, one process times the new library's cases beside the peer's chunk_gdn2 forward and
 # training pair at the same shapes, PACK_PEER_TIMEOUT s at most, 400; needs .whl/ carried, or fla
-# importable). Outputs under $OUT: timing.log, test_gpu_*.log, certify.log and
+# importable). Outputs under $OUT: timing.log, bits.log, test_gpu_*.log, certify.log and
 # certs.tar (the certificates and journals, re-tarred every 20 s so that a call cut by its time
 # limit still returns what was measured: certify resumes from them with the same kernels).
 # The device returns at most 8 files from $OUT, so at the end this script's logs (gpu.txt,
-# timing.log, pip.log, tests.rc, test_gpu_*.log, certify.log) go into one logs.tgz beside
+# timing.log, bits.log, pip.log, tests.rc, test_gpu_*.log, certify.log) go into one logs.tgz beside
 # certs.tar (PACK_BUNDLE=0 leaves them loose); a caller that adds files of its own under $OUT
 # should bundle those too.
 set -u
@@ -66,6 +67,13 @@ if [[ ${PACK_TIMING:-1} != 0 ]]; then
   fi
 fi
 
+# Same bits: the base's and the change's libraries on the same inputs, every variant and arm
+# (bench/ab_bits.py), when the base is given; PACK_BITS=0 skips it.
+if [[ -n $OLD && ${PACK_BITS:-1} != 0 ]]; then
+  timeout "${PACK_BITS_TIMEOUT:-240}" python3 bench/ab_bits.py "$W/o/capi" "$W/n/capi" >"$OUT/bits.log" 2>&1
+  echo "ab_bits rc=$?" >>"$OUT/bits.log"
+fi
+
 tp=
 if [[ ${PACK_TESTS:-1} != 0 ]]; then
   (for t in test_gpu_chunked test_gpu_chunked_props test_gpu_chunked_backward; do
@@ -90,6 +98,7 @@ fi
 echo "== summary"
 [[ -f $OUT/tests.rc ]] && cat "$OUT/tests.rc" && grep -h "PASSED\|FAILED" "$OUT"/test_gpu_*.log
 [[ -f $OUT/certify.log ]] && tail -2 "$OUT/certify.log"
+[[ -f $OUT/bits.log ]] && grep -v " same" "$OUT/bits.log" | tail -12
 if [[ -f $OUT/timing.log ]]; then
   python3 - "$OUT/timing.log" <<'PY'
 import collections, re, sys
@@ -110,6 +119,6 @@ for shape, case in sorted({(a, b) for a, b, _ in runs}):
 PY
 fi
 if [[ ${PACK_BUNDLE:-1} != 0 ]]; then  # this script's own files only (a caller may be writing others)
-  (cd "$OUT" && ls gpu.txt timing.log pip.log tests.rc test_gpu_*.log certify.log 2>/dev/null >"$W/bundle.list"
+  (cd "$OUT" && ls gpu.txt timing.log bits.log pip.log tests.rc test_gpu_*.log certify.log 2>/dev/null >"$W/bundle.list"
     [[ -s $W/bundle.list ]] && tar -czf logs.tgz -T "$W/bundle.list" && xargs -a "$W/bundle.list" rm -f)
 fi

@@ -29,3 +29,16 @@ add_test(NAME time_cases_bad_case
                  "2,16384,16,128" "fwd|QEDCHECK_CHUNKED_MT|gdn2")
 set_tests_properties(time_cases_bad_case PROPERTIES LABELS cpu TIMEOUT 60
   PASS_REGULAR_EXPRESSION "^time_cases.py: case 'fwd\\|QEDCHECK_CHUNKED_MT\\|gdn2': knob 'QEDCHECK_CHUNKED_MT' is not KNOB=VALUE\n$")
+
+# bench/ab_bits.py (the device check behind "same bits" claims): its comparison of two builds'
+# digests on made-up input, where a differing tensor, a one-sided refusal and a missing case must
+# each be reported; and its case list, which must keep the overlapped and four-warp passes.
+add_test(NAME ab_bits_compare
+         COMMAND ${QEDCHECK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/ab_bits.py --self-test)
+set_tests_properties(ab_bits_compare PROPERTIES LABELS cpu TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "^ab_bits self-test: ok\n$")
+add_test(NAME ab_bits_cases
+         COMMAND ${QEDCHECK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/ab_bits.py --dry-run --quick /a /b)
+set_tests_properties(ab_bits_cases PROPERTIES LABELS cpu TIMEOUT 60
+  PASS_REGULAR_EXPRESSION
+  "case qed/rand [^\n]*\n(.*\n)*case gdn2 bf16 overlapped [^\n]*QEDCHECK_CHUNKED_OVERLAP[^\n]*\n(.*\n)*case qed/rand bf16 prep 4 warps [^\n]*QEDCHECK_CHUNKED_PREP_WARPS")
