@@ -42,3 +42,10 @@ add_test(NAME ab_bits_cases
 set_tests_properties(ab_bits_cases PROPERTIES LABELS cpu TIMEOUT 60
   PASS_REGULAR_EXPRESSION
   "case qed/rand [^\n]*\n(.*\n)*case gdn2 bf16 overlapped [^\n]*QEDCHECK_CHUNKED_OVERLAP[^\n]*\n(.*\n)*case qed/rand bf16 prep 4 warps [^\n]*QEDCHECK_CHUNKED_PREP_WARPS")
+
+# bench/cert_same.py (a "same bits" merge's certificates against the committed ones, value for
+# value): the committed set must equal itself, and a changed value or a dropped cell must show.
+add_test(NAME cert_same_compare
+         COMMAND ${QEDCHECK_PYTHON} ${PROJECT_SOURCE_DIR}/bench/cert_same.py --self-test)
+set_tests_properties(cert_same_compare PROPERTIES LABELS cpu TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "^cert_same self-test: ok")
