@@ -75,24 +75,17 @@ def digests(bc, lib, case):
         if "h0" in x:
             x["h0"] = x["h0"][:1].repeat(3, 1, 1, 1).contiguous()
     od = bc.FP32 if dt == "fp32" else bc.BF16
-    saved = {k: os.environ.get(k) for k in knobs}
-    os.environ.update(knobs)
     try:
-        o, ht, cs = lib.forward(x, od, want_cs=True, cu=cu)
-        got = {"o": o, "ht": ht, "chunk_states": cs}
-        if backward:
-            gen = torch.Generator(device=bc.DEV).manual_seed(11)
-            do = torch.randn(*o.shape, device=bc.DEV, generator=gen).to(o.dtype)
-            got.update(lib.backward(x, do, cu=cu))
-        torch.cuda.synchronize()
+        with bc.knobs(knobs):
+            o, ht, cs = lib.forward(x, od, want_cs=True, cu=cu)
+            got = {"o": o, "ht": ht, "chunk_states": cs}
+            if backward:
+                gen = torch.Generator(device=bc.DEV).manual_seed(11)
+                do = torch.randn(*o.shape, device=bc.DEV, generator=gen).to(o.dtype)
+                got.update(lib.backward(x, do, cu=cu))
+            torch.cuda.synchronize()
     except RuntimeError as e:
         return {"error": hashlib.sha256(str(e).encode()).hexdigest()[:16]}
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     out = {}
     for key, t in got.items():
         if t is not None:

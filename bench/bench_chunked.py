@@ -19,6 +19,7 @@ Writes chunked_forward.md and .json into --out; prints the tables last.
 python3 bench/bench_chunked.py --lib-dir BUILD (or --lib BUILD/libchunked_capi.so) --out $OUT [--quick] [--skip-peer]
 """
 import argparse
+import contextlib
 import ctypes
 import json
 import math
@@ -476,6 +477,22 @@ def accuracy(lib, log, quick, have_peer):
 
 
 # ---------------------------------------------------------------- timing
+
+@contextlib.contextmanager
+def knobs(settings):
+    """The library's environment knobs (QEDCHECK_CHUNKED_*, read at every call) set to settings
+    (name -> value) for the block, then put back as they were, unset ones unset again."""
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
 
 def time_ms(fn, warmup=3, reps=15):
     for _ in range(warmup):

@@ -113,9 +113,7 @@ def main():
         runs = runners(bc, lib, B, T, H, D, train)
         for rep in range(reps):
             for name, knobs, what in cases:
-                saved = {k: os.environ.get(k) for k, _ in knobs}
-                os.environ.update(dict(knobs))
-                try:
+                with bc.knobs(dict(knobs)):
                     pl = runs["plan"]["qed" if what in ("qed", "trainq") else "gdn2"]() \
                         if rep == 0 and what not in ("peer", "peertrain") else None
                     if pl:
@@ -125,12 +123,6 @@ def main():
                               f"{pl['walking_warps']} walking warps{extra}, {pl['state_blocks']} blocks, {mode}",
                               flush=True)
                     med, lo = bc.time_ms(runs[what])[:2]
-                finally:
-                    for k, v in saved.items():
-                        if v is None:
-                            os.environ.pop(k, None)
-                        else:
-                            os.environ[k] = v
                 print(f"[x] {B},{T},{H},{D} {name:28s} {med:.3f} ms (min {lo:.3f})", flush=True)
         del runs
         torch.cuda.empty_cache()
