@@ -15,7 +15,8 @@
 # is given; PACK_BITS_TIMEOUT s, 240), PACK_THREADS (certify's, 15), PACK_CERTS_FROM (a certs.tar an earlier call returned: certify
 # resumes from its journals, which it accepts only from the same kernels), PACK_PEER=1 (after the
 # A/B rounds, one process times the new library's cases beside the peer's chunk_gdn2 forward and
-# training pair at the same shapes, PACK_PEER_TIMEOUT s at most, 400; needs .whl/ carried, or fla
+# training pair at the same shapes, PACK_PEER_TIMEOUT s at most, 400; PACK_PEER_CASES="peer||peer"
+# times its forward alone, sparing the backward's autotuning; needs .whl/ carried, or fla
 # importable). Outputs under $OUT: timing.log, bits.log, test_gpu_*.log, certify.log and
 # certs.tar (the certificates and journals, re-tarred every 20 s so that a call cut by its time
 # limit still returns what was measured: certify resumes from them with the same kernels).
@@ -62,8 +63,9 @@ if [[ ${PACK_TIMING:-1} != 0 ]]; then
     source "$ROOT/ci/peer_site.sh"
     peer_site "$ROOT" "$OUT/pip.log"
     echo "== n peer" >>"$OUT/timing.log"
+    read -r -a PEER_CASES <<<"${PACK_PEER_CASES:-peer||peer peertrain||peertrain}"
     TIME_CASES_REPS=2 timeout "${PACK_PEER_TIMEOUT:-400}" python3 bench/time_cases.py "$W/n/capi" "$SHAPES" "${CASES[@]}" \
-      "peer||peer" "peertrain||peertrain" >>"$OUT/timing.log" 2>&1
+      "${PEER_CASES[@]}" >>"$OUT/timing.log" 2>&1
   fi
 fi
 
