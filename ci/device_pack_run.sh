@@ -12,8 +12,9 @@
 # default GDN-2 and QED forward and training pair), PACK_ROUNDS (alternations, 2),
 # PACK_TIMING=0 / PACK_TESTS=0 / PACK_CERTIFY=0 (skip a stage), PACK_CERT_TIMEOUT (s, 300),
 # PACK_BITS=0 (skip the same-bits check of NEW against OLD, bench/ab_bits.py, which runs when OLD
-# is given; PACK_BITS_TIMEOUT s, 240), PACK_THREADS (certify's, 15), PACK_CERTS_FROM (a certs.tar an earlier call returned: certify
-# resumes from its journals, which it accepts only from the same kernels), PACK_PEER=1 (after the
+# is given; PACK_BITS_TIMEOUT s, 240), PACK_THREADS (certify's, 15), PACK_CERTS_FROM (a certs.tar
+# an earlier call returned: certify resumes from its journals, which it accepts only from the same
+# kernels), PACK_PEER=1 (after the
 # A/B rounds, one process times the new library's cases beside the peer's chunk_gdn2 forward and
 # training pair at the same shapes, PACK_PEER_TIMEOUT s at most, 400; PACK_PEER_CASES="peer||peer"
 # times its forward alone, sparing the backward's autotuning; needs .whl/ carried, or fla
